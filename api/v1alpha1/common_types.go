@@ -1,0 +1,130 @@
+package v1alpha1
+
+// Source names the part of gpuhealth that produced a finding.
+// +kubebuilder:validation:Enum=nvml;dcgm;kmsg;imex;recertification;manual
+type Source string
+
+const (
+	// SourceNVML is the monitor's NVML source (event sets, NVLink counters, fabric state).
+	SourceNVML Source = "nvml"
+	// SourceDCGM is the monitor's DCGM source (policy violations, health watches, fields).
+	SourceDCGM Source = "dcgm"
+	// SourceKmsg is the monitor's kernel log source (NVRM Xid and NVSwitch SXid lines).
+	SourceKmsg Source = "kmsg"
+	// SourceIMEX is the monitor's IMEX source (nvidia-imex-ctl output).
+	SourceIMEX Source = "imex"
+	// SourceRecertification is the operator's recertification Job.
+	SourceRecertification Source = "recertification"
+	// SourceManual is a human who recorded a finding by hand.
+	SourceManual Source = "manual"
+)
+
+// Check names what was checked: the kind of fault a finding is about.
+// +kubebuilder:validation:Enum=XID;SXID;GPULost;ECC;NVLinkErrors;NVLinkDown;Fabric;NVSwitch;IMEXDaemon;IMEXDomain;Recertification;Manual
+type Check string
+
+const (
+	// CheckXID is an NVIDIA driver XID error; the code is the XID number.
+	CheckXID Check = "XID"
+	// CheckSXID is an NVSwitch SXid error; the code is the SXid number.
+	CheckSXID Check = "SXID"
+	// CheckGPULost is a GPU that no longer answers (NVML ERROR_GPU_IS_LOST).
+	CheckGPULost Check = "GPULost"
+	// CheckECC is an ECC memory error count or event.
+	CheckECC Check = "ECC"
+	// CheckNVLinkErrors is an NVLink error counter (CRC, replay, recovery) rising faster than its threshold.
+	CheckNVLinkErrors Check = "NVLinkErrors"
+	// CheckNVLinkDown is an NVLink link that is not up.
+	CheckNVLinkDown Check = "NVLinkDown"
+	// CheckFabric is the GPU's NVLink fabric state or health summary (not COMPLETED, UNHEALTHY, LIMITED_CAPACITY).
+	CheckFabric Check = "Fabric"
+	// CheckNVSwitch is an NVSwitch fault reported by DCGM health watches.
+	CheckNVSwitch Check = "NVSwitch"
+	// CheckIMEXDaemon is the node's IMEX daemon not READY.
+	CheckIMEXDaemon Check = "IMEXDaemon"
+	// CheckIMEXDomain is the node's IMEX domain DOWN or DEGRADED.
+	CheckIMEXDomain Check = "IMEXDomain"
+	// CheckRecertification is the result of a recertification Job.
+	CheckRecertification Check = "Recertification"
+	// CheckManual is a finding a human recorded.
+	CheckManual Check = "Manual"
+)
+
+// ComponentKind names the kind of hardware or service a finding is about.
+// +kubebuilder:validation:Enum=GPU;NVLink;NVSwitch;IMEX;Node
+type ComponentKind string
+
+const (
+	// ComponentGPU is one GPU; the component id is its UUID.
+	ComponentGPU ComponentKind = "GPU"
+	// ComponentNVLink is one NVLink link; the component id is "<GPU UUID>/link-<n>".
+	ComponentNVLink ComponentKind = "NVLink"
+	// ComponentNVSwitch is one NVSwitch; the component id is its PCI bus id or UUID.
+	ComponentNVSwitch ComponentKind = "NVSwitch"
+	// ComponentIMEX is the node's IMEX daemon or the IMEX domain it belongs to.
+	ComponentIMEX ComponentKind = "IMEX"
+	// ComponentNode is the node as a whole.
+	ComponentNode ComponentKind = "Node"
+)
+
+// Severity says how bad a finding is.
+// +kubebuilder:validation:Enum=Fatal;Degraded;Info
+type Severity string
+
+const (
+	// SeverityFatal means the component cannot be trusted with work.
+	SeverityFatal Severity = "Fatal"
+	// SeverityDegraded means the component works with reduced capacity or reliability.
+	SeverityDegraded Severity = "Degraded"
+	// SeverityInfo means the finding is recorded for context only.
+	SeverityInfo Severity = "Info"
+)
+
+// Action is what a finding recommends doing about it.
+// +kubebuilder:validation:Enum=None;ResetGPU;RebootNode;Recertify;ReplaceNode;ContactSupport
+type Action string
+
+const (
+	// ActionNone recommends nothing.
+	ActionNone Action = "None"
+	// ActionResetGPU recommends a GPU reset before recertification.
+	ActionResetGPU Action = "ResetGPU"
+	// ActionRebootNode recommends a node reboot before recertification.
+	ActionRebootNode Action = "RebootNode"
+	// ActionRecertify recommends running recertification only.
+	ActionRecertify Action = "Recertify"
+	// ActionReplaceNode recommends replacing the hardware; the node goes to Failed.
+	ActionReplaceNode Action = "ReplaceNode"
+	// ActionContactSupport recommends a human and the vendor; the node goes to Failed.
+	ActionContactSupport Action = "ContactSupport"
+)
+
+// Verdict is what a RemediationPolicy rule decides about a matching finding.
+// +kubebuilder:validation:Enum=Quarantine;Observe;Ignore
+type Verdict string
+
+const (
+	// VerdictQuarantine takes the node out of service.
+	VerdictQuarantine Verdict = "Quarantine"
+	// VerdictObserve records the finding and shows it on the NodeHealth without acting.
+	VerdictObserve Verdict = "Observe"
+	// VerdictIgnore records the finding as ignored.
+	VerdictIgnore Verdict = "Ignore"
+)
+
+// NodeHealthPhase is a node's place in the remediation state machine.
+// +kubebuilder:validation:Enum=Healthy;Quarantined;Draining;Recertifying;Failed
+type NodeHealthPhase string
+
+const (
+	// PhaseHealthy means the node is in service.
+	PhaseHealthy NodeHealthPhase = "Healthy"
+	// PhaseQuarantined means the node is cordoned and tainted and waits for a budget to drain.
+	PhaseQuarantined NodeHealthPhase = "Quarantined"
+	// PhaseDraining means workloads are being evicted and the node is leaving its ComputeDomain.
+	PhaseDraining NodeHealthPhase = "Draining"
+	// PhaseRecertifying means remediation and the recertification Job run on the empty node.
+	PhaseRecertifying NodeHealthPhase = "Recertifying"
+	// PhaseFailed means the node needs a human; it stays cordoned until one acts.
+	PhaseFailed NodeHealthPhase = "Failed"
+)

@@ -1,0 +1,422 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RequestAction is a one-shot manual request a human makes on a NodeHealth.
+// +kubebuilder:validation:Enum=Recertify;Release
+type RequestAction string
+
+const (
+	// RequestRecertify starts recertification now (from Quarantined, Draining or Failed the
+	// node is drained first).
+	RequestRecertify RequestAction = "Recertify"
+	// RequestRelease returns the node to Healthy without recertification. It is audited.
+	RequestRelease RequestAction = "Release"
+)
+
+// ManualRequest is a one-shot request. The operator carries out each id once
+// and records it in status.lastRequest; to repeat an action, use a new id.
+// +kubebuilder:validation:XValidation:rule="self.action != 'Release' || (has(self.reason) && size(self.reason) > 0)",message="a Release returns the node without recertification and is audited: give a reason"
+type ManualRequest struct {
+	// action is what is requested: Recertify or Release.
+	// +required
+	Action RequestAction `json:"action"`
+
+	// id identifies this request, for example a ticket number or a timestamp.
+	// The operator acts on a given id once.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$')",message="id may contain only letters, digits and . _ - and must start and end with a letter or digit"
+	ID string `json:"id"`
+
+	// reason says why, in words that end up in the node's history and Events.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Reason string `json:"reason,omitempty"`
+
+	// requestedBy names who asked (a person or a ticket system). The operator
+	// also records the field manager that wrote the request.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RequestedBy string `json:"requestedBy,omitempty"`
+}
+
+// NodeHealthSpec holds the manual controls a human has over one node. The
+// operator creates the NodeHealth with an empty spec.
+// +kubebuilder:validation:XValidation:rule="!(self.exclude && self.hold)",message="exclude and hold are mutually exclusive: an excluded node is not managed at all, so it cannot be held in quarantine"
+// +kubebuilder:validation:XValidation:rule="!(self.hold && has(self.request) && self.request.action == 'Release')",message="a Release request contradicts hold: clear hold first"
+type NodeHealthSpec struct {
+	// exclude takes the node out of gpuhealth's management: the operator
+	// never cordons, taints, drains or labels it while this is true, and
+	// findings about it are only recorded.
+	// +optional
+	// +kubebuilder:default=false
+	Exclude bool `json:"exclude"`
+
+	// hold keeps the node where it is once quarantined: it is not drained,
+	// recertified or returned to service until hold is cleared.
+	// +optional
+	// +kubebuilder:default=false
+	Hold bool `json:"hold"`
+
+	// request is a one-shot manual request: recertify now, or release to
+	// Healthy without recertification.
+	// +optional
+	Request *ManualRequest `json:"request,omitempty"`
+}
+
+// FindingRef summarises one active NodeHealthEvent of the node.
+type FindingRef struct {
+	// name is the NodeHealthEvent's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// check is the event's check.
+	// +required
+	Check Check `json:"check"`
+
+	// code is the event's code.
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	Code string `json:"code"`
+
+	// severity is the event's severity.
+	// +required
+	Severity Severity `json:"severity"`
+
+	// verdict is how the policy judged the event.
+	// +optional
+	Verdict Verdict `json:"verdict,omitempty"`
+
+	// recommendedAction is the event's recommended action.
+	// +optional
+	RecommendedAction Action `json:"recommendedAction,omitempty"`
+}
+
+// BlockedPod is a pod that could not be evicted yet.
+type BlockedPod struct {
+	// namespace is the pod's namespace.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+
+	// name is the pod's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// podDisruptionBudget is the name of the PodDisruptionBudget that refused
+	// the eviction, when one did.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PodDisruptionBudget string `json:"podDisruptionBudget,omitempty"`
+
+	// message is why the pod is still there.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
+}
+
+// DrainStatus is the progress of the node's drain.
+type DrainStatus struct {
+	// startedAt is when the drain started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
+	// podsTotal is the number of pods the drain had to remove when it started.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	PodsTotal int32 `json:"podsTotal,omitempty"`
+
+	// podsRemaining is the number of those pods still on the node.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	PodsRemaining int32 `json:"podsRemaining,omitempty"`
+
+	// podsBlocked is the number of remaining pods whose eviction a
+	// PodDisruptionBudget refused the last time it was tried.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	PodsBlocked int32 `json:"podsBlocked,omitempty"`
+
+	// blocked lists up to ten blocked pods, sorted by namespace and name.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Blocked []BlockedPod `json:"blocked,omitempty"`
+}
+
+// JobResult is the outcome of a recertification or remediation Job.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed
+type JobResult string
+
+const (
+	// JobPending means the Job is created and its pod has not started.
+	JobPending JobResult = "Pending"
+	// JobRunning means the Job's pod runs.
+	JobRunning JobResult = "Running"
+	// JobSucceeded means the Job completed successfully.
+	JobSucceeded JobResult = "Succeeded"
+	// JobFailed means the Job failed or ran past its deadline.
+	JobFailed JobResult = "Failed"
+)
+
+// RecertificationStatus is the progress of the node's recertification.
+type RecertificationStatus struct {
+	// attempt counts recertification attempts since the node was quarantined, starting at 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Attempt int32 `json:"attempt,omitempty"`
+
+	// remediationJob is the name of the reset or reboot Job of this attempt, if any.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	RemediationJob string `json:"remediationJob,omitempty"`
+
+	// jobName is the name of the recertification Job of this attempt
+	// (in the operator's namespace).
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	JobName string `json:"jobName,omitempty"`
+
+	// result is the outcome of the current attempt's Job.
+	// +optional
+	Result JobResult `json:"result,omitempty"`
+
+	// startedAt is when the current attempt started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
+	// completedAt is when the current attempt's Job finished.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+
+	// message explains the result, for example the failing test.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
+// Membership is a node's standing in its ComputeDomain.
+// +kubebuilder:validation:Enum=Member;Leaving;Left
+type Membership string
+
+const (
+	// MembershipMember means the node is an active member of the domain.
+	MembershipMember Membership = "Member"
+	// MembershipLeaving means the node is draining and some trace of membership remains
+	// (node label, daemon pod or clique entry).
+	MembershipLeaving Membership = "Leaving"
+	// MembershipLeft means every trace of membership is gone.
+	MembershipLeft Membership = "Left"
+)
+
+// ComputeDomainMembership is the node's place in an NVIDIA ComputeDomain.
+type ComputeDomainMembership struct {
+	// uid is the ComputeDomain's UID (the value of the node label
+	// resource.nvidia.com/computeDomain).
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid"`
+
+	// namespace is the ComputeDomain's namespace, when the object is known.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+
+	// name is the ComputeDomain's name, when the object is known.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name,omitempty"`
+
+	// cliqueID is the NVLink clique ("<ClusterUUID>.<CliqueId>") the node belongs to.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	CliqueID string `json:"cliqueID,omitempty"`
+
+	// membership is the node's standing in the domain: Member, Leaving or Left.
+	// +optional
+	Membership Membership `json:"membership,omitempty"`
+
+	// domainStatus is the ComputeDomain's own status.status (Ready or NotReady).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	DomainStatus string `json:"domainStatus,omitempty"`
+}
+
+// Transition is one entry of a node's history.
+type Transition struct {
+	// from is the phase the node left; empty for the first entry.
+	// +optional
+	From NodeHealthPhase `json:"from,omitempty"`
+
+	// to is the phase the node entered.
+	// +required
+	To NodeHealthPhase `json:"to"`
+
+	// reason is a CamelCase word for why.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason"`
+
+	// message explains the transition in a sentence.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// by names who caused the transition when it was a manual request.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	By string `json:"by,omitempty"`
+
+	// time is when the transition happened.
+	// +required
+	Time metav1.Time `json:"time"`
+}
+
+// HandledRequest records the last manual request the operator carried out.
+type HandledRequest struct {
+	// id is the request's id.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	ID string `json:"id"`
+
+	// action is the request's action.
+	// +required
+	Action RequestAction `json:"action"`
+
+	// by names who asked: the request's requestedBy and the field manager that wrote it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	By string `json:"by,omitempty"`
+
+	// time is when the operator carried it out.
+	// +required
+	Time metav1.Time `json:"time"`
+
+	// result says what happened, for example that a Release was refused.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Result string `json:"result,omitempty"`
+}
+
+// NodeHealthStatus is where the node stands, written by the operator.
+type NodeHealthStatus struct {
+	// phase is the node's place in the state machine: Healthy, Quarantined,
+	// Draining, Recertifying or Failed.
+	// +optional
+	Phase NodeHealthPhase `json:"phase,omitempty"`
+
+	// reason is a CamelCase word for why the node is in its phase or what it waits for.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+
+	// message explains the phase and what the node waits for, with the numbers a human needs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// since is when the node entered its phase.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+
+	// activeEvents summarises the node's active findings (at most 32, the most severe first).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	ActiveEvents []FindingRef `json:"activeEvents,omitempty"`
+
+	// drain is the progress of the drain, while draining and after.
+	// +optional
+	Drain *DrainStatus `json:"drain,omitempty"`
+
+	// recertification is the progress of recertification.
+	// +optional
+	Recertification *RecertificationStatus `json:"recertification,omitempty"`
+
+	// computeDomain is the node's ComputeDomain membership, when it has one.
+	// +optional
+	ComputeDomain *ComputeDomainMembership `json:"computeDomain,omitempty"`
+
+	// preexistingCordon is true when the node was already unschedulable
+	// before gpuhealth quarantined it; gpuhealth then never uncordons it.
+	// +optional
+	PreexistingCordon bool `json:"preexistingCordon,omitempty"`
+
+	// preexistingTaints are taints gpuhealth would add that were already on
+	// the node before quarantine; gpuhealth never removes them.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	PreexistingTaints []corev1.Taint `json:"preexistingTaints,omitempty"`
+
+	// history holds the most recent transitions, oldest first (at most 32).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	History []Transition `json:"history,omitempty"`
+
+	// lastRequest is the last manual request the operator carried out.
+	// +optional
+	LastRequest *HandledRequest `json:"lastRequest,omitempty"`
+
+	// observedGeneration is the spec generation the status reflects.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions are the node's conditions, such as GPUHealthy and Drained.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodeHealth is where one managed node stands in gpuhealth's state machine
+// (Healthy → Quarantined → Draining → Recertifying → Healthy, or Failed). Its
+// name is the node's name. Its spec holds a human's manual controls.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=nh,categories=gpuhealth
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
+// +kubebuilder:printcolumn:name="ComputeDomain",type=string,JSONPath=`.status.computeDomain.name`
+// +kubebuilder:printcolumn:name="Clique",type=string,JSONPath=`.status.computeDomain.cliqueID`
+// +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.status.recertification.attempt`
+// +kubebuilder:printcolumn:name="Since",type=date,JSONPath=`.status.since`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
+type NodeHealth struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata; the name is the node's name.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec holds a human's manual controls over the node.
+	// +optional
+	Spec NodeHealthSpec `json:"spec,omitempty"`
+
+	// status is where the node stands.
+	// +optional
+	Status NodeHealthStatus `json:"status,omitempty"`
+}
+
+// NodeHealthList is a list of NodeHealths.
+//
+// +kubebuilder:object:root=true
+type NodeHealthList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the NodeHealths.
+	Items []NodeHealth `json:"items"`
+}

@@ -1,0 +1,579 @@
+package v1alpha1
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Duration is a length of time written as a Go duration ("30s", "5m",
+// "1h30m"). Each duration field carries a CEL rule that rejects a malformed or
+// negative value at admission with a message naming the field; the length
+// bound keeps those rules cheap for the apiserver's CEL cost budget.
+// +kubebuilder:validation:MaxLength=32
+type Duration string
+
+// Get returns the duration, or def when d is nil or empty. The schema rejects
+// strings time.ParseDuration refuses; should one get through anyway (an
+// object stored before a rule existed), Get returns def too.
+func (d *Duration) Get(def time.Duration) time.Duration {
+	if d == nil || *d == "" {
+		return def
+	}
+	v, err := time.ParseDuration(string(*d))
+	if err != nil {
+		return def
+	}
+	return v
+}
+
+// RuleMatch selects findings. Every list that is set must contain the
+// finding's value; an empty match selects every finding.
+type RuleMatch struct {
+	// sources selects findings from these sources.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	Sources []Source `json:"sources,omitempty"`
+
+	// checks selects findings of these checks.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	Checks []Check `json:"checks,omitempty"`
+
+	// codes selects findings with these codes (for XIDs, the XID numbers as strings).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`
+	Codes []string `json:"codes,omitempty"`
+
+	// severities selects findings of these severities.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=3
+	Severities []Severity `json:"severities,omitempty"`
+}
+
+// Debounce requires a finding to repeat before its verdict applies.
+type Debounce struct {
+	// count is how many occurrences are needed within window.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	Count int32 `json:"count"`
+
+	// window is the sliding time window in which count occurrences must fall.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="window must be a positive duration such as 30s, 5m or 24h"
+	Window Duration `json:"window"`
+}
+
+// Recovery is the hysteresis applied when a finding clears.
+type Recovery struct {
+	// clearAfter is how long a finding must stay resolved before it stops
+	// counting against the node, so a flapping link does not bounce the node
+	// in and out of service.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$')",message="clearAfter must be a non-negative duration such as 0s, 5m or 1h"
+	ClearAfter Duration `json:"clearAfter"`
+}
+
+// Rule judges the findings it matches. Rules are evaluated in order; the
+// first match wins. Findings that no rule matches are judged by the built-in
+// XID table and the finding's own severity.
+type Rule struct {
+	// name identifies the rule in events' classification and in metrics.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="rule name must be lowercase letters, digits and '-', starting and ending with a letter or digit"
+	Name string `json:"name"`
+
+	// match selects the findings this rule judges.
+	// +required
+	Match RuleMatch `json:"match"`
+
+	// verdict is what happens to a matching finding: Quarantine, Observe or Ignore.
+	// +required
+	Verdict Verdict `json:"verdict"`
+
+	// action overrides the finding's recommended action (for example Recertify
+	// for XIDs that only need a check, or ReplaceNode).
+	// +optional
+	Action Action `json:"action,omitempty"`
+
+	// debounce requires the finding to repeat before the verdict applies.
+	// Unset: the first occurrence counts.
+	// +optional
+	Debounce *Debounce `json:"debounce,omitempty"`
+
+	// recovery is the hysteresis when the finding clears. Unset: a resolved
+	// finding stops counting at once.
+	// +optional
+	Recovery *Recovery `json:"recovery,omitempty"`
+}
+
+// TaintSpec is a taint gpuhealth puts on a node.
+type TaintSpec struct {
+	// key is the taint key.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')",message="taint key must be a qualified name such as gpuhealth.dev/quarantined"
+	Key string `json:"key"`
+
+	// value is the taint value.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Value string `json:"value,omitempty"`
+
+	// effect is the taint effect: NoSchedule, PreferNoSchedule or NoExecute.
+	// +required
+	// +kubebuilder:validation:Enum=NoSchedule;PreferNoSchedule;NoExecute
+	Effect corev1.TaintEffect `json:"effect"`
+}
+
+// QuarantineSpec is what quarantine does to a node.
+type QuarantineSpec struct {
+	// cordon marks the node unschedulable. Default true.
+	// +optional
+	// +kubebuilder:default=true
+	Cordon *bool `json:"cordon,omitempty"`
+
+	// taint is added to the node while it is out of service.
+	// Default gpuhealth.dev/quarantined:NoSchedule.
+	// +optional
+	// +kubebuilder:default={key: "gpuhealth.dev/quarantined", effect: "NoSchedule"}
+	Taint *TaintSpec `json:"taint,omitempty"`
+
+	// phaseLabel mirrors the node's phase in the node label
+	// gpuhealth.dev/phase. Default true.
+	// +optional
+	// +kubebuilder:default=true
+	PhaseLabel *bool `json:"phaseLabel,omitempty"`
+}
+
+// DrainMode is how the pods of a namespace leave a draining node.
+// +kubebuilder:validation:Enum=Evict;WaitForCompletion;DeleteAfterTimeout
+type DrainMode string
+
+const (
+	// DrainEvict evicts pods through the Eviction API, honouring PodDisruptionBudgets.
+	DrainEvict DrainMode = "Evict"
+	// DrainWaitForCompletion leaves pods alone until they finish by themselves.
+	DrainWaitForCompletion DrainMode = "WaitForCompletion"
+	// DrainDeleteAfterTimeout evicts pods and deletes those still there after the timeout.
+	DrainDeleteAfterTimeout DrainMode = "DeleteAfterTimeout"
+)
+
+// NamespaceDrain sets the drain mode for some namespaces.
+// +kubebuilder:validation:XValidation:rule="has(self.namespace) != has(self.namespaceSelector)",message="set exactly one of namespace and namespaceSelector"
+type NamespaceDrain struct {
+	// namespace is one namespace this entry applies to.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="namespace must be a valid namespace name (lowercase letters, digits and '-')"
+	Namespace string `json:"namespace,omitempty"`
+
+	// namespaceSelector selects the namespaces this entry applies to by label.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// mode is how pods in these namespaces leave the node.
+	// +required
+	Mode DrainMode `json:"mode"`
+
+	// timeout overrides the drain timeout for these namespaces.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
+	Timeout *Duration `json:"timeout,omitempty"`
+}
+
+// DrainSpec is how a quarantined node is emptied.
+type DrainSpec struct {
+	// defaultMode applies to namespaces no entry of namespaces matches. Default Evict.
+	// +optional
+	// +kubebuilder:default=Evict
+	DefaultMode DrainMode `json:"defaultMode,omitempty"`
+
+	// namespaces sets the drain mode per namespace; the first matching entry wins.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Namespaces []NamespaceDrain `json:"namespaces,omitempty"`
+
+	// skipNamespaces are namespaces whose pods are never removed. DaemonSet
+	// and mirror (static) pods are never removed in any namespace.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	SkipNamespaces []string `json:"skipNamespaces,omitempty"`
+
+	// timeout is how long DeleteAfterTimeout waits before deleting pods
+	// that are still there. Default 1h.
+	// +optional
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
+	Timeout *Duration `json:"timeout,omitempty"`
+
+	// evictionsPerSecond limits eviction requests across all draining nodes. Default 20.
+	// +optional
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	EvictionsPerSecond int32 `json:"evictionsPerSecond,omitempty"`
+
+	// maxConcurrentEvictions limits eviction requests in flight across all
+	// draining nodes. Default 16.
+	// +optional
+	// +kubebuilder:default=16
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxConcurrentEvictions int32 `json:"maxConcurrentEvictions,omitempty"`
+}
+
+// JobTemplate is a Job gpuhealth runs on a node (recertification, GPU reset,
+// node reboot). The operator pins the pod to the node, makes it tolerate the
+// quarantine taint and sets the deadline; the rest comes from here.
+type JobTemplate struct {
+	// image is the container image.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+
+	// imagePullPolicy is the container's image pull policy.
+	// +optional
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// command is the container's entrypoint.
+	// +optional
+	// +listType=atomic
+	Command []string `json:"command,omitempty"`
+
+	// args are the container's arguments.
+	// +optional
+	// +listType=atomic
+	Args []string `json:"args,omitempty"`
+
+	// env are the container's environment variables.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// resources are the container's resource requests and limits, for
+	// example nvidia.com/gpu: 8 so the test sees every GPU.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// serviceAccountName is the pod's service account.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// priorityClassName is the pod's priority class.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// privileged runs the container privileged (needed for GPU reset and reboot).
+	// +optional
+	Privileged bool `json:"privileged,omitempty"`
+
+	// hostPID runs the pod in the host's PID namespace (needed for reboot through nsenter).
+	// +optional
+	HostPID bool `json:"hostPID,omitempty"`
+
+	// labels are added to the pod.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// annotations are added to the pod.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// RecertificationSpec is how a drained node proves it is fit again.
+type RecertificationSpec struct {
+	// job is the recertification Job, for example DCGM diagnostics level 2
+	// and an NCCL all-reduce. Unset: a node returns after the soak window
+	// once all its findings are resolved, without a test.
+	// +optional
+	Job *JobTemplate `json:"job,omitempty"`
+
+	// timeout is the Job's deadline; past it the attempt fails. Default 30m.
+	// +optional
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
+	Timeout *Duration `json:"timeout,omitempty"`
+
+	// maxAttempts is how many failed attempts send the node to Failed. Default 3.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=20
+	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+
+	// backoff is the wait after a failed attempt before the next. Default 5m.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$')",message="backoff must be a non-negative duration such as 0s, 30s or 5m"
+	Backoff *Duration `json:"backoff,omitempty"`
+
+	// soakWindow is how long after a successful Job the node must see no new
+	// quarantining finding before it returns to service. Default 10m.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$')",message="soakWindow must be a non-negative duration such as 0s, 30s or 10m"
+	SoakWindow *Duration `json:"soakWindow,omitempty"`
+
+	// requireFabricHealthy keeps the node out until its fabric and IMEX
+	// findings are resolved too. Default true.
+	// +optional
+	// +kubebuilder:default=true
+	RequireFabricHealthy *bool `json:"requireFabricHealthy,omitempty"`
+}
+
+// RemediationStep is a Job run before recertification for findings that
+// recommend it.
+type RemediationStep struct {
+	// job is the Job to run on the node.
+	// +required
+	Job JobTemplate `json:"job"`
+
+	// timeout is the Job's deadline. Default 30m.
+	// +optional
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
+	Timeout *Duration `json:"timeout,omitempty"`
+}
+
+// RemediationSpec lists the optional steps run before recertification.
+type RemediationSpec struct {
+	// resetGPU runs for findings whose action is ResetGPU. Unset: such
+	// findings go straight to recertification.
+	// +optional
+	ResetGPU *RemediationStep `json:"resetGPU,omitempty"`
+
+	// rebootNode runs for findings whose action is RebootNode. Unset: such
+	// findings go straight to recertification.
+	// +optional
+	RebootNode *RemediationStep `json:"rebootNode,omitempty"`
+}
+
+// BudgetsSpec limits how many nodes are out of service at once. Each value is
+// a count ("2") or a percentage ("10%") of the managed nodes in scope, rounded
+// up like a PodDisruptionBudget's maxUnavailable. Budgets gate draining and
+// recertification; fatal faults always cordon.
+type BudgetsSpec struct {
+	// maxUnavailable limits nodes draining or recertifying across all managed nodes. Default 10%.
+	// +optional
+	// +kubebuilder:default="10%"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailable must be a non-negative count (2) or a percentage from 0% to 100% (\"10%\")"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// maxUnavailablePerComputeDomain limits nodes out of service per ComputeDomain. Default 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailablePerComputeDomain must be a non-negative count (1) or a percentage from 0% to 100% (\"25%\")"
+	MaxUnavailablePerComputeDomain *intstr.IntOrString `json:"maxUnavailablePerComputeDomain,omitempty"`
+
+	// maxUnavailablePerClique limits nodes out of service per NVLink clique. Default 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailablePerClique must be a non-negative count (1) or a percentage from 0% to 100% (\"25%\")"
+	MaxUnavailablePerClique *intstr.IntOrString `json:"maxUnavailablePerClique,omitempty"`
+}
+
+// CircuitBreakerSpec stops new quarantines when too many nodes enter
+// quarantine at once, which points at a shared cause (a bad driver roll-out,
+// a monitor bug) rather than bad hardware. Recoveries always continue.
+type CircuitBreakerSpec struct {
+	// enabled turns the breaker on. Default true.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// threshold is how many managed nodes (count or percentage) may enter
+	// quarantine within window before the breaker opens. Default 10%.
+	// +optional
+	// +kubebuilder:default="10%"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^(100|[1-9][0-9]?)%$')",message="threshold must be a positive count (5) or a percentage from 1% to 100% (\"10%\")"
+	Threshold *intstr.IntOrString `json:"threshold,omitempty"`
+
+	// window is the sliding window over which quarantines are counted. Default 10m.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="window must be a positive duration such as 30s, 5m or 1h"
+	Window *Duration `json:"window,omitempty"`
+
+	// coolDown is how long the breaker stays open before it closes by itself. Default 30m.
+	// +optional
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="coolDown must be a positive duration such as 30s, 5m or 1h"
+	CoolDown *Duration `json:"coolDown,omitempty"`
+}
+
+// RemediationPolicySpec is how the nodes it selects are judged and handled.
+type RemediationPolicySpec struct {
+	// nodeSelector selects the nodes this policy manages.
+	// Default: nodes labelled nvidia.com/gpu.present=true.
+	// +optional
+	// +kubebuilder:default={matchLabels: {"nvidia.com/gpu.present": "true"}}
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+
+	// rules judge findings, first match wins, before the built-in defaults.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Rules []Rule `json:"rules,omitempty"`
+
+	// quarantine is what quarantine does to a node.
+	// +optional
+	// +kubebuilder:default={}
+	Quarantine QuarantineSpec `json:"quarantine"`
+
+	// drain is how a quarantined node is emptied.
+	// +optional
+	// +kubebuilder:default={}
+	Drain DrainSpec `json:"drain"`
+
+	// recertification is how a drained node proves it is fit again.
+	// +optional
+	// +kubebuilder:default={}
+	Recertification RecertificationSpec `json:"recertification"`
+
+	// remediation lists optional reset and reboot steps before recertification.
+	// +optional
+	Remediation RemediationSpec `json:"remediation,omitempty"`
+
+	// budgets limit how many nodes are out of service at once.
+	// +optional
+	// +kubebuilder:default={}
+	Budgets BudgetsSpec `json:"budgets"`
+
+	// circuitBreaker stops new quarantines in a storm.
+	// +optional
+	// +kubebuilder:default={}
+	CircuitBreaker CircuitBreakerSpec `json:"circuitBreaker"`
+
+	// dryRun makes the operator decide and record (NodeHealth, Events,
+	// metrics) without touching any node or pod.
+	// +optional
+	// +kubebuilder:default=false
+	DryRun bool `json:"dryRun"`
+}
+
+// BreakerState is the state of the circuit breaker.
+// +kubebuilder:validation:Enum=Closed;Open
+type BreakerState string
+
+const (
+	// BreakerClosed lets quarantines through.
+	BreakerClosed BreakerState = "Closed"
+	// BreakerOpen stops new quarantines.
+	BreakerOpen BreakerState = "Open"
+)
+
+// CircuitBreakerStatus is the breaker's current state.
+type CircuitBreakerStatus struct {
+	// state is Closed or Open.
+	// +optional
+	State BreakerState `json:"state,omitempty"`
+
+	// since is when the breaker entered its state.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+
+	// quarantinesInWindow is how many nodes entered quarantine inside the window.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	QuarantinesInWindow int32 `json:"quarantinesInWindow,omitempty"`
+
+	// message explains the state with the numbers that tripped it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
+}
+
+// RemediationPolicyStatus summarises the nodes the policy manages.
+type RemediationPolicyStatus struct {
+	// observedGeneration is the spec generation the status reflects.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// managedNodes is the number of nodes the policy selects.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ManagedNodes int32 `json:"managedNodes,omitempty"`
+
+	// phases counts the managed nodes by phase.
+	// +optional
+	Phases map[NodeHealthPhase]int32 `json:"phases,omitempty"`
+
+	// circuitBreaker is the breaker's current state.
+	// +optional
+	CircuitBreaker *CircuitBreakerStatus `json:"circuitBreaker,omitempty"`
+
+	// conditions are the policy's conditions, such as Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RemediationPolicy says how gpuhealth judges findings and handles the nodes
+// it selects: rules, quarantine, drain, remediation and recertification,
+// budgets, the circuit breaker and dry-run.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=rp,categories=gpuhealth
+// +kubebuilder:printcolumn:name="Managed",type=integer,JSONPath=`.status.managedNodes`
+// +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.phases.Healthy`
+// +kubebuilder:printcolumn:name="Breaker",type=string,JSONPath=`.status.circuitBreaker.state`
+// +kubebuilder:printcolumn:name="DryRun",type=boolean,JSONPath=`.spec.dryRun`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.circuitBreaker.message`,priority=1
+type RemediationPolicy struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the policy.
+	// +optional
+	Spec RemediationPolicySpec `json:"spec,omitempty"`
+
+	// status summarises the managed nodes.
+	// +optional
+	Status RemediationPolicyStatus `json:"status,omitempty"`
+}
+
+// RemediationPolicyList is a list of RemediationPolicies.
+//
+// +kubebuilder:object:root=true
+type RemediationPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the RemediationPolicies.
+	Items []RemediationPolicy `json:"items"`
+}

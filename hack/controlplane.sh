@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# controlplane.sh builds the local control-plane binaries that envtest, the
+# end-to-end suite and `make demo` run: kube-apiserver, kube-controller-manager
+# and kube-scheduler (k8s.io/kubernetes), etcd, kwok and kwokctl.
+#
+# Everything is built from source fetched through the Go module proxy; no
+# release download site is contacted (none is reachable where this runs).
+# The binaries land in a versioned cache outside the repository so that CI,
+# later runs and other checkouts reuse them:
+#
+#   ${GPUHEALTH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuhealth}/k8s-v<K8S_VERSION>/
+#
+# Idempotent: a binary that already exists (and answers --version) is not
+# rebuilt, so a warm run takes a second or two. Prints the directory on the
+# last line of stdout, so callers can do `ASSETS=$(hack/controlplane.sh | tail -1)`.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-1.37.2}
+STAGING_VERSION=${STAGING_VERSION:-0.${K8S_VERSION#1.}}
+ETCD_VERSION=${ETCD_VERSION:-3.6.16}
+KWOK_VERSION=${KWOK_VERSION:-0.8.0}
+
+cache_root=${GPUHEALTH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuhealth}
+bin_dir="$cache_root/k8s-v${K8S_VERSION}"
+mkdir -p "$bin_dir"
+
+log() { printf '[controlplane] %s\n' "$*" >&2; }
+# Modules come only from the module proxy, never straight from VCS hosts.
+export GOFLAGS="${GOFLAGS:-} -mod=mod"
+export GOTOOLCHAIN=local
+case "${GOPROXY:-}" in *direct*|"") export GOPROXY="$(go env GOPROXY | sed 's/,direct//; s/|direct//')";; esac
+
+# Throwaway module directories, removed when the script exits.
+scratch=()
+trap 'rm -rf "${scratch[@]}"' EXIT
+mkscratch() { SCRATCH=$(mktemp -d); scratch+=("$SCRATCH"); }
+
+have() { [ -x "$bin_dir/$1" ] && "$bin_dir/$1" --version >/dev/null 2>&1; }
+
+timed() {
+  local what=$1; shift
+  local start=$SECONDS
+  log "building $what"
+  "$@"
+  log "built $what in $((SECONDS - start))s"
+}
+
+build_kubernetes() {
+  mkscratch
+  local work=$SCRATCH
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
+  # with ./staging paths; a consumer must replace each with the published
+  # k8s.io/<name> v0.<minor>.<patch> module instead. The list comes from the
+  # kubernetes go.mod itself, so a new staging module needs no change here.
+  local modfile
+  modfile=$(cd "$work" && go mod download -json "k8s.io/kubernetes@v${K8S_VERSION}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
+  [ -f "$modfile" ] || { log "cannot find go.mod of k8s.io/kubernetes v${K8S_VERSION}"; return 1; }
+  {
+    echo "module gpuhealth.local/controlplane"
+    echo
+    echo "go $(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')"
+    echo
+    echo "require k8s.io/kubernetes v${K8S_VERSION}"
+    echo
+    echo "replace ("
+    grep -E '^[[:space:]]*k8s.io/[A-Za-z0-9._-]+ => \./staging/' "$modfile" \
+      | awk -v v="v${STAGING_VERSION}" '{print "\t" $1 " => " $1 " " v}'
+    echo ")"
+  } >"$work/go.mod"
+  cat >"$work/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+)
+GO
+  (cd "$work" && go mod tidy -e >/dev/null 2>&1 || true)
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#1.}"
+  ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=v${K8S_VERSION}"
+  # One go build for all three shares the compile of their common packages.
+  (cd "$work" && CGO_ENABLED=0 go build -tags tools -trimpath -ldflags "$ldflags" -o "$bin_dir/" \
+    k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler)
+}
+
+build_etcd() {
+  mkscratch
+  local work=$SCRATCH
+  cat >"$work/main.go" <<'GO'
+// Command etcd is the etcd server, built from go.etcd.io/etcd/server/v3.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  printf 'module gpuhealth.local/etcd\n\ngo %s\n\nrequire go.etcd.io/etcd/server/v3 v%s\n' \
+    "$(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')" "$ETCD_VERSION" >"$work/go.mod"
+  (cd "$work" && go mod tidy >/dev/null && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin_dir/etcd" .)
+}
+
+build_kwok() {
+  CGO_ENABLED=0 GOBIN="$bin_dir" go install -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=v${KWOK_VERSION}" \
+    "sigs.k8s.io/kwok/cmd/kwok@v${KWOK_VERSION}" "sigs.k8s.io/kwok/cmd/kwokctl@v${KWOK_VERSION}"
+}
+
+total=$SECONDS
+if have kube-apiserver && have kube-controller-manager && have kube-scheduler; then
+  log "kube-apiserver, kube-controller-manager, kube-scheduler v${K8S_VERSION}: cached"
+else
+  timed "kube-apiserver, kube-controller-manager, kube-scheduler v${K8S_VERSION} (cold: ~10 min on 2 cores)" build_kubernetes
+fi
+if have etcd; then log "etcd v${ETCD_VERSION}: cached"; else timed "etcd v${ETCD_VERSION}" build_etcd; fi
+if have kwok && have kwokctl; then log "kwok, kwokctl v${KWOK_VERSION}: cached"; else timed "kwok, kwokctl v${KWOK_VERSION}" build_kwok; fi
+log "control plane ready in $bin_dir ($((SECONDS - total))s)"
+echo "$bin_dir"
