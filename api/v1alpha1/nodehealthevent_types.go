@@ -169,6 +169,12 @@ type NodeHealthEventStatus struct {
 	// +optional
 	Classification *Classification `json:"classification,omitempty"`
 
+	// supersededAt is when a completed recertification, a manual release or a
+	// human's uncordon closed this finding. A later occurrence (lastSeen after
+	// it) makes the finding active again.
+	// +optional
+	SupersededAt *metav1.Time `json:"supersededAt,omitempty"`
+
 	// observedBy is the NodeHealth transition this finding caused, if any.
 	// +optional
 	ObservedBy *TransitionRef `json:"observedBy,omitempty"`

@@ -476,6 +476,10 @@ func (in *NodeHealthEventStatus) DeepCopyInto(out *NodeHealthEventStatus) {
 		*out = new(Classification)
 		**out = **in
 	}
+	if in.SupersededAt != nil {
+		in, out := &in.SupersededAt, &out.SupersededAt
+		*out = (*in).DeepCopy()
+	}
 	if in.ObservedBy != nil {
 		in, out := &in.ObservedBy, &out.ObservedBy
 		*out = new(TransitionRef)
