@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
 
 // Version names this revision of the catalog; events record it so that one can
@@ -21,9 +21,9 @@ type Entry struct {
 	// and "UNKNOWN" for XIDs that are not in the catalog.
 	Bucket string
 	// Severity is how bad the XID is by default.
-	Severity v1alpha1.Severity
+	Severity gpuhealthv1alpha1.Severity
 	// Action is the recommended action by default.
-	Action v1alpha1.Action
+	Action gpuhealthv1alpha1.Action
 	// Known is false when the XID is not in the catalog.
 	Known bool
 	// Description is a few words about the XID, or the bucket's meaning when
@@ -43,8 +43,8 @@ const (
 // the default severity and action, and the bucket's meaning.
 type row struct {
 	bucket   string
-	severity v1alpha1.Severity
-	action   v1alpha1.Action
+	severity gpuhealthv1alpha1.Severity
+	action   gpuhealthv1alpha1.Action
 	meaning  string
 	xids     []int
 }
@@ -74,27 +74,27 @@ func one(x int) []int { return []int{x} }
 // ("Resolution Bucket (Immediate Action)") is read into our actions.
 var rows = []row{
 	{
-		bucket: "RESET_GPU", severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionResetGPU,
+		bucket: "RESET_GPU", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionResetGPU,
 		meaning: "the catalog says to reset the GPU",
 		xids:    []int{46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158},
 	},
 	{
-		bucket: "WORKFLOW_XID_48", severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionResetGPU,
+		bucket: "WORKFLOW_XID_48", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionResetGPU,
 		meaning: "double-bit ECC error; the catalog says to reset the GPU",
 		xids:    []int{48},
 	},
 	{
-		bucket: "RESTART_BM", severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionRebootNode,
+		bucket: "RESTART_BM", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionRebootNode,
 		meaning: "the catalog says to restart the bare-metal node",
 		xids:    []int{79},
 	},
 	{
-		bucket: "RESTART_VM", severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionRebootNode,
+		bucket: "RESTART_VM", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionRebootNode,
 		meaning: "key rotation error; the catalog says to restart the virtual machine",
 		xids:    []int{151},
 	},
 	{
-		bucket: "CONTACT_SUPPORT", severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionContactSupport,
+		bucket: "CONTACT_SUPPORT", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
 		meaning: "the catalog says to contact support",
 		xids: list(
 			span(1, 7), one(9), one(10), one(12), span(15, 24), span(26, 30), span(33, 36),
@@ -103,22 +103,22 @@ var rows = []row{
 		),
 	},
 	{
-		bucket: "WORKFLOW_XID_45", severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionContactSupport,
+		bucket: "WORKFLOW_XID_45", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
 		meaning: "preemptive cleanup after earlier errors",
 		xids:    []int{45},
 	},
 	{
-		bucket: "CHECK_MECHANICALS", severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionContactSupport,
+		bucket: "CHECK_MECHANICALS", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
 		meaning: "the catalog says to check the mechanicals (power, cabling, seating)",
 		xids:    []int{54},
 	},
 	{
-		bucket: "WORKFLOW_NVLINK_ERR", severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionContactSupport,
+		bucket: "WORKFLOW_NVLINK_ERR", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
 		meaning: "NVLink error; decoding its registers would refine the action",
 		xids:    []int{74},
 	},
 	{
-		bucket: "UPDATE_SWFW", severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionContactSupport,
+		bucket: "UPDATE_SWFW", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
 		meaning: "the catalog says to update the software or firmware",
 		xids:    []int{78},
 	},
@@ -127,29 +127,29 @@ var rows = []row{
 		// Degraded. That register decode is not implemented here, so every
 		// XID in this row takes the catalog's no-match outcome: Degraded, and
 		// recertify so the links are checked and counted.
-		bucket: bucketNVLink5, severity: v1alpha1.SeverityDegraded, action: v1alpha1.ActionRecertify,
+		bucket: bucketNVLink5, severity: gpuhealthv1alpha1.SeverityDegraded, action: gpuhealthv1alpha1.ActionRecertify,
 		meaning: "NVLink5 error; the message is not decoded, so it is treated as degraded",
 		xids:    span(144, 150),
 	},
 	{
 		// Lookup decides 154 from its message; this is the outcome when the
 		// message names no recovery action that the catalog knows.
-		bucket: bucketXID154, severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionContactSupport,
+		bucket: bucketXID154, severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
 		meaning: "GPU recovery action changed",
 		xids:    []int{154},
 	},
 	{
-		bucket: "CHECK_UVM", severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionContactSupport,
+		bucket: "CHECK_UVM", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
 		meaning: "the catalog says to check the unified memory (UVM) driver",
 		xids:    []int{159},
 	},
 	{
-		bucket: bucketNoBucket, severity: v1alpha1.SeverityFatal, action: v1alpha1.ActionContactSupport,
+		bucket: bucketNoBucket, severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
 		meaning: "listed without a bucket in this catalog revision; treated as contact support",
 		xids:    span(162, 172),
 	},
 	{
-		bucket: "RESTART_APP", severity: v1alpha1.SeverityInfo, action: v1alpha1.ActionNone,
+		bucket: "RESTART_APP", severity: gpuhealthv1alpha1.SeverityInfo, action: gpuhealthv1alpha1.ActionNone,
 		meaning: "application-level fault; the catalog says to restart the application",
 		xids: list(
 			one(8), one(11), one(13), one(25), one(31), one(32), span(39, 41), one(60),
@@ -158,7 +158,7 @@ var rows = []row{
 		),
 	},
 	{
-		bucket: "IGNORE", severity: v1alpha1.SeverityInfo, action: v1alpha1.ActionNone,
+		bucket: "IGNORE", severity: gpuhealthv1alpha1.SeverityInfo, action: gpuhealthv1alpha1.ActionNone,
 		meaning: "the catalog says no action is needed",
 		xids: list(
 			one(14), one(37), one(38), one(43), one(44), one(63), one(66), one(67), one(92),
@@ -237,8 +237,8 @@ func Lookup(xid int, message string) Entry {
 		return Entry{
 			XID:         xid,
 			Bucket:      bucketUnknown,
-			Severity:    v1alpha1.SeverityFatal,
-			Action:      v1alpha1.ActionContactSupport,
+			Severity:    gpuhealthv1alpha1.SeverityFatal,
+			Action:      gpuhealthv1alpha1.ActionContactSupport,
 			Known:       false,
 			Description: fmt.Sprintf("unknown XID %d: it is not in catalog %s, so contact support", xid, Version),
 		}
@@ -255,13 +255,13 @@ func Lookup(xid int, message string) Entry {
 func decode154(e Entry, message string) Entry {
 	switch strings.ToLower(lastParenthesised(message)) {
 	case "gpu reset required", "drain and reset":
-		e.Severity, e.Action = v1alpha1.SeverityFatal, v1alpha1.ActionResetGPU
+		e.Severity, e.Action = gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionResetGPU
 		e.Description = "GPU recovery action changed; the driver asks for a GPU reset"
 	case "node reboot required":
-		e.Severity, e.Action = v1alpha1.SeverityFatal, v1alpha1.ActionRebootNode
+		e.Severity, e.Action = gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRebootNode
 		e.Description = "GPU recovery action changed; the driver asks for a node reboot"
 	case "none":
-		e.Severity, e.Action = v1alpha1.SeverityInfo, v1alpha1.ActionNone
+		e.Severity, e.Action = gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone
 		e.Description = "GPU recovery action changed; the driver asks for nothing"
 	default:
 		// Keep the table's outcome: Fatal and contact support.

@@ -7,7 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
 
 func TestLookupBuckets(t *testing.T) {
@@ -15,39 +15,39 @@ func TestLookupBuckets(t *testing.T) {
 		name     string
 		xid      int
 		bucket   string
-		severity v1alpha1.Severity
-		action   v1alpha1.Action
+		severity gpuhealthv1alpha1.Severity
+		action   gpuhealthv1alpha1.Action
 	}{
-		{"XID 46 is in RESET_GPU and resets the GPU.", 46, "RESET_GPU", v1alpha1.SeverityFatal, v1alpha1.ActionResetGPU},
-		{"XID 158 is the last RESET_GPU entry and resets the GPU.", 158, "RESET_GPU", v1alpha1.SeverityFatal, v1alpha1.ActionResetGPU},
-		{"XID 48 is a double-bit ECC error and resets the GPU.", 48, "WORKFLOW_XID_48", v1alpha1.SeverityFatal, v1alpha1.ActionResetGPU},
-		{"XID 79 is a GPU fallen off the bus and reboots the node.", 79, "RESTART_BM", v1alpha1.SeverityFatal, v1alpha1.ActionRebootNode},
-		{"XID 151 is a key rotation error and reboots the node.", 151, "RESTART_VM", v1alpha1.SeverityFatal, v1alpha1.ActionRebootNode},
-		{"XID 1 starts the first CONTACT_SUPPORT range.", 1, "CONTACT_SUPPORT", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 7 ends the first CONTACT_SUPPORT range.", 7, "CONTACT_SUPPORT", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 15 starts a CONTACT_SUPPORT range.", 15, "CONTACT_SUPPORT", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 24 ends a CONTACT_SUPPORT range.", 24, "CONTACT_SUPPORT", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 111 starts the 111 to 118 CONTACT_SUPPORT range.", 111, "CONTACT_SUPPORT", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 118 ends the 111 to 118 CONTACT_SUPPORT range.", 118, "CONTACT_SUPPORT", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 142 is the last CONTACT_SUPPORT entry.", 142, "CONTACT_SUPPORT", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 45 follows the catalog and contacts support.", 45, "WORKFLOW_XID_45", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 54 asks to check the mechanicals.", 54, "CHECK_MECHANICALS", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 74 is an NVLink error and contacts support.", 74, "WORKFLOW_NVLINK_ERR", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 78 asks to update software or firmware.", 78, "UPDATE_SWFW", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 144 starts the NVLink5 range and is degraded.", 144, "WORKFLOW_NVLINK5_ERR", v1alpha1.SeverityDegraded, v1alpha1.ActionRecertify},
-		{"XID 150 ends the NVLink5 range and is degraded.", 150, "WORKFLOW_NVLINK5_ERR", v1alpha1.SeverityDegraded, v1alpha1.ActionRecertify},
-		{"XID 154 without a message contacts support.", 154, "XID_154", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 159 asks to check UVM.", 159, "CHECK_UVM", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 162 starts the range without a bucket.", 162, "NO_BUCKET", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 172 ends the range without a bucket.", 172, "NO_BUCKET", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"XID 13 is an application fault and needs nothing.", 13, "RESTART_APP", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
-		{"XID 31 is an application fault and needs nothing.", 31, "RESTART_APP", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
-		{"XID 96 starts an application range and needs nothing.", 96, "RESTART_APP", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
-		{"XID 135 ends an application range and needs nothing.", 135, "RESTART_APP", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
-		{"XID 43 is ignored by the catalog.", 43, "IGNORE", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
-		{"XID 106 starts an ignored range.", 106, "IGNORE", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
-		{"XID 108 ends an ignored range.", 108, "IGNORE", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
-		{"XID 161 is ignored by the catalog.", 161, "IGNORE", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
+		{"XID 46 is in RESET_GPU and resets the GPU.", 46, "RESET_GPU", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionResetGPU},
+		{"XID 158 is the last RESET_GPU entry and resets the GPU.", 158, "RESET_GPU", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionResetGPU},
+		{"XID 48 is a double-bit ECC error and resets the GPU.", 48, "WORKFLOW_XID_48", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionResetGPU},
+		{"XID 79 is a GPU fallen off the bus and reboots the node.", 79, "RESTART_BM", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRebootNode},
+		{"XID 151 is a key rotation error and reboots the node.", 151, "RESTART_VM", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRebootNode},
+		{"XID 1 starts the first CONTACT_SUPPORT range.", 1, "CONTACT_SUPPORT", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 7 ends the first CONTACT_SUPPORT range.", 7, "CONTACT_SUPPORT", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 15 starts a CONTACT_SUPPORT range.", 15, "CONTACT_SUPPORT", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 24 ends a CONTACT_SUPPORT range.", 24, "CONTACT_SUPPORT", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 111 starts the 111 to 118 CONTACT_SUPPORT range.", 111, "CONTACT_SUPPORT", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 118 ends the 111 to 118 CONTACT_SUPPORT range.", 118, "CONTACT_SUPPORT", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 142 is the last CONTACT_SUPPORT entry.", 142, "CONTACT_SUPPORT", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 45 follows the catalog and contacts support.", 45, "WORKFLOW_XID_45", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 54 asks to check the mechanicals.", 54, "CHECK_MECHANICALS", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 74 is an NVLink error and contacts support.", 74, "WORKFLOW_NVLINK_ERR", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 78 asks to update software or firmware.", 78, "UPDATE_SWFW", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 144 starts the NVLink5 range and is degraded.", 144, "WORKFLOW_NVLINK5_ERR", gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
+		{"XID 150 ends the NVLink5 range and is degraded.", 150, "WORKFLOW_NVLINK5_ERR", gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
+		{"XID 154 without a message contacts support.", 154, "XID_154", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 159 asks to check UVM.", 159, "CHECK_UVM", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 162 starts the range without a bucket.", 162, "NO_BUCKET", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 172 ends the range without a bucket.", 172, "NO_BUCKET", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"XID 13 is an application fault and needs nothing.", 13, "RESTART_APP", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+		{"XID 31 is an application fault and needs nothing.", 31, "RESTART_APP", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+		{"XID 96 starts an application range and needs nothing.", 96, "RESTART_APP", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+		{"XID 135 ends an application range and needs nothing.", 135, "RESTART_APP", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+		{"XID 43 is ignored by the catalog.", 43, "IGNORE", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+		{"XID 106 starts an ignored range.", 106, "IGNORE", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+		{"XID 108 ends an ignored range.", 108, "IGNORE", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+		{"XID 161 is ignored by the catalog.", 161, "IGNORE", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,21 +87,21 @@ func TestLookupXID154(t *testing.T) {
 	cases := []struct {
 		name     string
 		message  string
-		severity v1alpha1.Severity
-		action   v1alpha1.Action
+		severity gpuhealthv1alpha1.Severity
+		action   gpuhealthv1alpha1.Action
 	}{
-		{"GPU Reset Required resets the GPU.", prefix + "0x1 (GPU Reset Required)", v1alpha1.SeverityFatal, v1alpha1.ActionResetGPU},
-		{"Drain and Reset resets the GPU.", prefix + "0x4 (Drain and Reset)", v1alpha1.SeverityFatal, v1alpha1.ActionResetGPU},
-		{"Node Reboot Required reboots the node.", prefix + "0x2 (Node Reboot Required)", v1alpha1.SeverityFatal, v1alpha1.ActionRebootNode},
-		{"None needs nothing.", "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
-		{"An unknown recovery action contacts support.", prefix + "0x9 (Something New)", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"A message without parentheses contacts support.", "GPU recovery action changed", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"An empty message contacts support.", "", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
-		{"Only the last parenthesised text counts.", "(Node Reboot Required) then (None)", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
-		{"Text after the last parentheses is ignored.", prefix + "0x2 (Node Reboot Required).", v1alpha1.SeverityFatal, v1alpha1.ActionRebootNode},
-		{"Case and spaces inside the parentheses do not matter.", prefix + "0x1 ( gpu reset required )", v1alpha1.SeverityFatal, v1alpha1.ActionResetGPU},
-		{"An unclosed parenthesis does not count.", "(None) (Node Reboot", v1alpha1.SeverityInfo, v1alpha1.ActionNone},
-		{"A closing parenthesis without an opening one contacts support.", "None)", v1alpha1.SeverityFatal, v1alpha1.ActionContactSupport},
+		{"GPU Reset Required resets the GPU.", prefix + "0x1 (GPU Reset Required)", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionResetGPU},
+		{"Drain and Reset resets the GPU.", prefix + "0x4 (Drain and Reset)", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionResetGPU},
+		{"Node Reboot Required reboots the node.", prefix + "0x2 (Node Reboot Required)", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRebootNode},
+		{"None needs nothing.", "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+		{"An unknown recovery action contacts support.", prefix + "0x9 (Something New)", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"A message without parentheses contacts support.", "GPU recovery action changed", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"An empty message contacts support.", "", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
+		{"Only the last parenthesised text counts.", "(Node Reboot Required) then (None)", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+		{"Text after the last parentheses is ignored.", prefix + "0x2 (Node Reboot Required).", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRebootNode},
+		{"Case and spaces inside the parentheses do not matter.", prefix + "0x1 ( gpu reset required )", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionResetGPU},
+		{"An unclosed parenthesis does not count.", "(None) (Node Reboot", gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+		{"A closing parenthesis without an opening one contacts support.", "None)", gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionContactSupport},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,8 +119,8 @@ func TestLookupXID154(t *testing.T) {
 func TestLookupIgnoresMessageForOtherXIDs(t *testing.T) {
 	g := NewWithT(t)
 	e := Lookup(79, "(None)")
-	g.Expect(e.Action).To(Equal(v1alpha1.ActionRebootNode))
-	g.Expect(e.Severity).To(Equal(v1alpha1.SeverityFatal))
+	g.Expect(e.Action).To(Equal(gpuhealthv1alpha1.ActionRebootNode))
+	g.Expect(e.Severity).To(Equal(gpuhealthv1alpha1.SeverityFatal))
 }
 
 func TestLookupUnknown(t *testing.T) {
@@ -139,8 +139,8 @@ func TestLookupUnknown(t *testing.T) {
 			e := Lookup(tc.xid, "(None)")
 			g.Expect(e.XID).To(Equal(tc.xid))
 			g.Expect(e.Known).To(BeFalse())
-			g.Expect(e.Severity).To(Equal(v1alpha1.SeverityFatal))
-			g.Expect(e.Action).To(Equal(v1alpha1.ActionContactSupport))
+			g.Expect(e.Severity).To(Equal(gpuhealthv1alpha1.SeverityFatal))
+			g.Expect(e.Action).To(Equal(gpuhealthv1alpha1.ActionContactSupport))
 			g.Expect(e.Description).To(ContainSubstring("unknown XID"))
 		})
 	}
@@ -196,8 +196,8 @@ func TestEntries(t *testing.T) {
 	t.Run("Changing the returned slice does not change the catalog.", func(t *testing.T) {
 		g := NewWithT(t)
 		es := Entries()
-		es[0].Action = v1alpha1.ActionReplaceNode
-		g.Expect(Entries()[0].Action).NotTo(Equal(v1alpha1.ActionReplaceNode))
+		es[0].Action = gpuhealthv1alpha1.ActionReplaceNode
+		g.Expect(Entries()[0].Action).NotTo(Equal(gpuhealthv1alpha1.ActionReplaceNode))
 	})
 }
 
@@ -206,18 +206,18 @@ func TestVersion(t *testing.T) {
 	g.Expect(Version).To(HavePrefix("xid-catalog/"))
 }
 
-func validSeverity(s v1alpha1.Severity) bool {
+func validSeverity(s gpuhealthv1alpha1.Severity) bool {
 	switch s {
-	case v1alpha1.SeverityFatal, v1alpha1.SeverityDegraded, v1alpha1.SeverityInfo:
+	case gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.SeverityInfo:
 		return true
 	}
 	return false
 }
 
-func validAction(a v1alpha1.Action) bool {
+func validAction(a gpuhealthv1alpha1.Action) bool {
 	switch a {
-	case v1alpha1.ActionNone, v1alpha1.ActionResetGPU, v1alpha1.ActionRebootNode,
-		v1alpha1.ActionRecertify, v1alpha1.ActionReplaceNode, v1alpha1.ActionContactSupport:
+	case gpuhealthv1alpha1.ActionNone, gpuhealthv1alpha1.ActionResetGPU, gpuhealthv1alpha1.ActionRebootNode,
+		gpuhealthv1alpha1.ActionRecertify, gpuhealthv1alpha1.ActionReplaceNode, gpuhealthv1alpha1.ActionContactSupport:
 		return true
 	}
 	return false

@@ -1,0 +1,510 @@
+package nodehealth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/drain"
+	"github.com/gpuhealth/gpuhealth/remediation/fsm"
+)
+
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+const (
+	// EventNodeIndex indexes NodeHealthEvents by spec.nodeName.
+	EventNodeIndex = "spec.nodeName"
+	// PodNodeIndex indexes Pods by spec.nodeName (the drain lists a node's pods through it).
+	PodNodeIndex = "spec.nodeName"
+
+	// ManagedCondition says whether gpuhealth manages the node.
+	ManagedCondition = "Managed"
+
+	// budgetRecheck is how often a node waiting for a budget looks again. A
+	// budget frees when another node returns, which does not enqueue this one.
+	budgetRecheck = 10 * time.Second
+	// drainRecheck is how often a draining node looks again while pods remain;
+	// pod deletions enqueue it sooner.
+	drainRecheck = 5 * time.Second
+	// jobRecheck bounds the wait for a Job; Job updates enqueue the node sooner.
+	jobRecheck = time.Minute
+	// conflictRetry is the wait after an optimistic-lock conflict.
+	conflictRetry = time.Second
+)
+
+// Reconciler drives one node, keyed by the node's name, through the state
+// machine. It reads the world into a scope, decides, acts through the
+// remediation packages and writes NodeHealth status once.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the apiserver.
+	Client client.Client
+	// APIReader reads straight from the apiserver; budgets count with it so
+	// that two nodes never both take the last slot from a stale cache.
+	APIReader client.Reader
+	// Clock is the time source; tests step a fake one.
+	Clock clock.PassiveClock
+	// Recorder publishes Kubernetes Events.
+	Recorder events.EventRecorder
+	// Drainer evicts pods; one per process so rate limits are shared.
+	Drainer *drain.Drainer
+	// Namespace is where recertification and remediation Jobs run.
+	Namespace string
+	// MaxConcurrentReconciles is how many nodes reconcile in parallel
+	// (evictions for many nodes proceed at once). Zero means 16.
+	MaxConcurrentReconciles int
+
+	// budgetMu serialises budget decisions within this process (the
+	// operator is leader-elected, so this process is the only one deciding).
+	budgetMu sync.Mutex
+}
+
+// SetupWithManager registers the indexes and watches.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Client == nil || r.APIReader == nil || r.Clock == nil || r.Recorder == nil || r.Drainer == nil || r.Namespace == "" {
+		return errors.New("nodehealth.Reconciler needs Client, APIReader, Clock, Recorder, Drainer and Namespace")
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &gpuhealthv1alpha1.NodeHealthEvent{}, EventNodeIndex, func(o client.Object) []string {
+		return []string{o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}
+	}); err != nil {
+		return fmt.Errorf("indexing events by node: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodNodeIndex, func(o client.Object) []string {
+		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing pods by node: %w", err)
+	}
+	workers := r.MaxConcurrentReconciles
+	if workers == 0 {
+		workers = 16
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodehealth").
+		For(&corev1.Node{}, builder.WithPredicates(nodeChanged)).
+		Watches(&gpuhealthv1alpha1.NodeHealth{}, handler.EnqueueRequestsFromMapFunc(nodeHealthToNode)).
+		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, handler.EnqueueRequestsFromMapFunc(eventToNode)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToNode), builder.WithPredicates(podLeftOrFinished)).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToNode)).
+		Watches(&gpuhealthv1alpha1.RemediationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.policyToNodes)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(r)
+}
+
+// nodeChanged lets through the node changes that matter: labels (policy
+// selection), annotations (what we applied), cordon and taints. Heartbeats,
+// which kubelets send every few seconds, do not.
+var nodeChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+		return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+			!equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
+			o.Spec.Unschedulable != n.Spec.Unschedulable ||
+			!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints)
+	},
+}
+
+// podLeftOrFinished lets through the pod changes a drain waits for.
+var podLeftOrFinished = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*corev1.Pod), e.ObjectNew.(*corev1.Pod)
+		return o.Status.Phase != n.Status.Phase || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return true },
+}
+
+func request(node string) []ctrl.Request {
+	if node == "" {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: node}}}
+}
+
+func nodeHealthToNode(_ context.Context, o client.Object) []ctrl.Request { return request(o.GetName()) }
+
+func eventToNode(_ context.Context, o client.Object) []ctrl.Request {
+	return request(o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName)
+}
+
+func podToNode(_ context.Context, o client.Object) []ctrl.Request {
+	return request(o.(*corev1.Pod).Spec.NodeName)
+}
+
+func jobToNode(_ context.Context, o client.Object) []ctrl.Request {
+	return request(o.GetLabels()[jobNodeLabel])
+}
+
+func (r *Reconciler) policyToNodes(ctx context.Context, _ client.Object) []ctrl.Request {
+	list := &corev1.NodeList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "Listing nodes for a policy change")
+		return nil
+	}
+	out := make([]ctrl.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, request(list.Items[i].Name)...)
+	}
+	return out
+}
+
+// scope is everything one reconcile knows about a node.
+type scope struct {
+	// node is the Node; always set.
+	node *corev1.Node
+	// nh is the node's NodeHealth; always set (created on first sight).
+	nh *gpuhealthv1alpha1.NodeHealth
+	// policy is the RemediationPolicy that manages the node; always set.
+	policy *gpuhealthv1alpha1.RemediationPolicy
+	// machine is the FSM rebuilt from nh.status.phase.
+	machine *fsm.Machine
+	// judged are the node's findings as judged now, most severe first.
+	judged []judgement
+	// now is the reconcile's time.
+	now metav1.Time
+	// requeue is the earliest deadline a step waits for; zero when none.
+	requeue time.Duration
+}
+
+// counting returns the findings that count against the node now.
+func (s *scope) counting() []judgement {
+	var out []judgement
+	for _, j := range s.judged {
+		if j.counts {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// action is the most drastic action of the counting findings, Recertify when none.
+func (s *scope) action() gpuhealthv1alpha1.Action {
+	best := gpuhealthv1alpha1.ActionRecertify
+	for _, j := range s.counting() {
+		if actionRank[j.action] > actionRank[best] {
+			best = j.action
+		}
+	}
+	return best
+}
+
+func (s *scope) wait(d time.Duration) {
+	if d <= 0 {
+		d = time.Second
+	}
+	if s.requeue == 0 || d < s.requeue {
+		s.requeue = d
+	}
+}
+
+func (s *scope) dryRun() bool { return s.policy.Spec.DryRun }
+
+// Reconcile moves one node forward as far as it can go now.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	logger := log.FromContext(ctx).WithValues("Node", klog.KRef("", req.Name))
+	ctx = log.IntoContext(ctx, logger)
+
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	policy, err := r.policyFor(ctx, node)
+	if err != nil || policy == nil {
+		return ctrl.Result{}, err
+	}
+	nh, err := r.ensureNodeHealth(ctx, node)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s := &scope{node: node, nh: nh, policy: policy, now: metav1.NewTime(r.Clock.Now())}
+	before := nh.DeepCopy()
+	defer func() {
+		if equality.Semantic.DeepEqual(before.Status, s.nh.Status) {
+			return
+		}
+		if reterr == nil {
+			s.nh.Status.ObservedGeneration = s.nh.Generation
+		}
+		if err := r.Client.Status().Patch(ctx, s.nh, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			reterr = errors.Join(reterr, fmt.Errorf("patching status of nodehealth %s: %w", s.nh.Name, err))
+			return
+		}
+		phaseGauge(s.nh)
+	}()
+
+	if err := r.reconcile(ctx, s, &before); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: s.requeue}, nil
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, s *scope, before **gpuhealthv1alpha1.NodeHealth) error {
+	if s.nh.Spec.Exclude {
+		setCondition(s, ManagedCondition, false, ReasonExcluded, "spec.exclude is true: gpuhealth does not touch this node")
+		return nil
+	}
+	setCondition(s, ManagedCondition, true, ReasonManaged, "managed by RemediationPolicy "+s.policy.Name)
+
+	var err error
+	if s.machine, err = fsm.New(s.nh.Status.Phase); err != nil {
+		return reconcile.TerminalError(fmt.Errorf("nodehealth %s: %w", s.nh.Name, err))
+	}
+	if s.nh.Status.Phase == "" {
+		fsm.Record(&s.nh.Status, "", gpuhealthv1alpha1.PhaseHealthy, ReasonManaged, "managed by RemediationPolicy "+s.policy.Name, "", s.now)
+	}
+	if err := r.judgeEvents(ctx, s); err != nil {
+		return err
+	}
+	if err := r.handleRequest(ctx, s); err != nil {
+		return err
+	}
+	switch s.machine.Phase() {
+	case gpuhealthv1alpha1.PhaseQuarantined, gpuhealthv1alpha1.PhaseDraining:
+		if !s.dryRun() && humanUncordoned(s.node) {
+			return r.cancel(ctx, s)
+		}
+	}
+
+	// Each phase handler may fire a transition and hand on to the next
+	// phase's handler in the same reconcile, so a node goes from a finding
+	// to cordoned in one pass.
+	for range 5 {
+		phase := s.machine.Phase()
+		var err error
+		switch phase {
+		case gpuhealthv1alpha1.PhaseHealthy:
+			err = r.reconcileHealthy(ctx, s)
+		case gpuhealthv1alpha1.PhaseQuarantined:
+			err = r.reconcileQuarantined(ctx, s, before)
+		case gpuhealthv1alpha1.PhaseDraining:
+			err = r.reconcileDraining(ctx, s)
+		case gpuhealthv1alpha1.PhaseRecertifying:
+			err = r.reconcileRecertifying(ctx, s)
+		case gpuhealthv1alpha1.PhaseFailed:
+			err = r.ensureQuarantined(ctx, s)
+		}
+		if err != nil || s.machine.Phase() == phase {
+			return err
+		}
+	}
+	return nil
+}
+
+// policyFor returns the RemediationPolicy that manages the node: of those
+// whose nodeSelector selects it, the oldest (then by name), so adding a
+// second overlapping policy never silently takes nodes from the first.
+func (r *Reconciler) policyFor(ctx context.Context, node *corev1.Node) (*gpuhealthv1alpha1.RemediationPolicy, error) {
+	list := &gpuhealthv1alpha1.RemediationPolicyList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing remediation policies: %w", err)
+	}
+	var matching []*gpuhealthv1alpha1.RemediationPolicy
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if selects(p, node) {
+			matching = append(matching, p)
+		}
+	}
+	if len(matching) == 0 {
+		return nil, nil
+	}
+	sort.Slice(matching, func(i, j int) bool {
+		a, b := matching[i], matching[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+	return matching[0], nil
+}
+
+func selects(p *gpuhealthv1alpha1.RemediationPolicy, node *corev1.Node) bool {
+	sel := labels.Everything()
+	if p.Spec.NodeSelector != nil {
+		s, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
+		if err != nil {
+			return false
+		}
+		sel = s
+	}
+	return sel.Matches(labels.Set(node.Labels))
+}
+
+// ensureNodeHealth returns the node's NodeHealth, creating it owned by the
+// Node so that deleting the Node deletes it.
+func (r *Reconciler) ensureNodeHealth(ctx context.Context, node *corev1.Node) (*gpuhealthv1alpha1.NodeHealth, error) {
+	nh := &gpuhealthv1alpha1.NodeHealth{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(node), nh)
+	if err == nil {
+		return nh, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("getting nodehealth %s: %w", node.Name, err)
+	}
+	nh = &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: node.Name}}
+	if err := controllerutil.SetOwnerReference(node, nh, r.Client.Scheme()); err != nil {
+		return nil, fmt.Errorf("owning nodehealth %s: %w", node.Name, err)
+	}
+	if err := r.Client.Create(ctx, nh); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, r.Client.Get(ctx, client.ObjectKeyFromObject(node), nh)
+		}
+		return nil, fmt.Errorf("creating nodehealth %s: %w", node.Name, err)
+	}
+	return nh, nil
+}
+
+// judgeEvents judges the node's findings and records each judgement in the
+// finding's status when it changed.
+func (r *Reconciler) judgeEvents(ctx context.Context, s *scope) error {
+	list := &gpuhealthv1alpha1.NodeHealthEventList{}
+	if err := r.Client.List(ctx, list, client.MatchingFields{EventNodeIndex: s.node.Name}); err != nil {
+		return fmt.Errorf("listing events of node %s: %w", s.node.Name, err)
+	}
+	var errs []error
+	s.judged = s.judged[:0]
+	for i := range list.Items {
+		ev := &list.Items[i]
+		j := judge(ev, s.policy.Spec.Rules, s.now.Time)
+		if !j.recheckAt.IsZero() {
+			s.wait(j.recheckAt.Sub(s.now.Time))
+		}
+		want := j.classification(s.policy.Name)
+		if ev.Status.Phase != j.phase || !equality.Semantic.DeepEqual(ev.Status.Classification, want) {
+			patch := client.MergeFrom(ev.DeepCopy())
+			ev.Status.Phase, ev.Status.Classification = j.phase, want
+			if err := r.Client.Status().Patch(ctx, ev, patch); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("recording judgement of event %s: %w", ev.Name, err))
+			}
+		}
+		s.judged = append(s.judged, j)
+	}
+	sort.SliceStable(s.judged, func(a, b int) bool {
+		ja, jb := s.judged[a], s.judged[b]
+		if ja.counts != jb.counts {
+			return ja.counts
+		}
+		if sa, sb := severityRank[ja.event.Spec.Severity], severityRank[jb.event.Spec.Severity]; sa != sb {
+			return sa > sb
+		}
+		return ja.event.Name < jb.event.Name
+	})
+	s.nh.Status.ActiveEvents = nil
+	for _, j := range s.judged {
+		if j.phase != gpuhealthv1alpha1.EventActive || len(s.nh.Status.ActiveEvents) == 32 {
+			continue
+		}
+		s.nh.Status.ActiveEvents = append(s.nh.Status.ActiveEvents, gpuhealthv1alpha1.FindingRef{
+			Name: j.event.Name, Check: j.event.Spec.Check, Code: j.event.Spec.Code, Severity: j.event.Spec.Severity,
+			Verdict: j.verdict, RecommendedAction: j.action,
+		})
+	}
+	return errors.Join(errs...)
+}
+
+var severityRank = map[gpuhealthv1alpha1.Severity]int{
+	gpuhealthv1alpha1.SeverityInfo: 0, gpuhealthv1alpha1.SeverityDegraded: 1, gpuhealthv1alpha1.SeverityFatal: 2,
+}
+
+// transition fires an FSM event, records it in status and publishes an
+// Event on the Node. An illegal transition is counted and returned, never written.
+func (r *Reconciler) transition(ctx context.Context, s *scope, e fsm.Event, reason, message, by string) error {
+	from, to, err := s.machine.Fire(ctx, e)
+	if err != nil {
+		illegalTransitions.WithLabelValues(string(from), string(e)).Inc()
+		return err
+	}
+	fsm.Record(&s.nh.Status, from, to, reason, truncate(message, 1024), by, s.now)
+	transitions.WithLabelValues(string(from), string(to), reason).Inc()
+	log.FromContext(ctx).Info("Transitioning node", "fromPhase", from, "toPhase", to, "reason", reason)
+	eventType := corev1.EventTypeNormal
+	if to != gpuhealthv1alpha1.PhaseHealthy {
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(s.node, s.nh, eventType, reason, string(e), "%s → %s: %s", from, to, message)
+	return nil
+}
+
+// setStatusReason records what the node waits for without a transition.
+func setStatusReason(s *scope, reason, message string) {
+	s.nh.Status.Reason = reason
+	s.nh.Status.Message = truncate(message, 1024)
+}
+
+func setCondition(s *scope, t string, ok bool, reason, message string) {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&s.nh.Status.Conditions, metav1.Condition{
+		Type: t, Status: status, Reason: reason, Message: truncate(message, 1024), ObservedGeneration: s.nh.Generation, LastTransitionTime: s.now,
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// describe summarises findings for a message.
+func describe(js []judgement) string {
+	var parts []string
+	for i, j := range js {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(js)-3))
+			break
+		}
+		sp := j.event.Spec
+		p := fmt.Sprintf("%s %s on %s (%s, %s)", sp.Check, sp.Code, componentName(sp.Component), sp.Source, j.action)
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func componentName(c gpuhealthv1alpha1.Component) string {
+	if c.ID == "" {
+		return string(c.Kind)
+	}
+	return c.ID
+}

@@ -1,0 +1,319 @@
+package nodehealth
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
+	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
+)
+
+const (
+	quarantineTaint = "gpuhealth.dev/quarantined"
+)
+
+var (
+	healthy      = gpuhealthv1alpha1.PhaseHealthy
+	quarantined  = gpuhealthv1alpha1.PhaseQuarantined
+	draining     = gpuhealthv1alpha1.PhaseDraining
+	recertifying = gpuhealthv1alpha1.PhaseRecertifying
+	failed       = gpuhealthv1alpha1.PhaseFailed
+)
+
+// TestFullCycle takes a node with XID 79 through every phase and back:
+// quarantine, drain, the reboot step, recertification, soak, return.
+func TestFullCycle(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Recertification.Job = jobTemplate()
+		s.Recertification.SoakWindow = dur("10m")
+		s.Remediation.RebootNode = &gpuhealthv1alpha1.RemediationStep{Job: gpuhealthv1alpha1.JobTemplate{Image: "reboot"}}
+	})
+	n := h.node("a", nil)
+	h.pod(n.Name, "trainer-0", nil)
+
+	// Healthy: no finding, the NodeHealth appears.
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
+
+	// Healthy → Quarantined → Draining in one pass: cordon, taint, label, condition, evictions start.
+	ev := h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	res := h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(draining))
+	h.g.Expect(res.RequeueAfter).To(Equal(drainRecheck), "a pod is still there")
+	node := h.getNode(n.Name)
+	h.g.Expect(node.Spec.Unschedulable).To(BeTrue())
+	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeTrue())
+	h.g.Expect(node.Labels[nodepkg.PhaseLabel]).To(Equal(string(draining)), "the label mirrors the phase")
+	h.g.Expect(gpuHealthyCondition(node).Status).To(Equal(corev1.ConditionFalse))
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Drain.PodsRemaining).To(BeEquivalentTo(1))
+	h.g.Expect(nh.Status.ActiveEvents).To(HaveLen(1))
+	h.g.Expect(nh.Status.ActiveEvents[0].RecommendedAction).To(Equal(gpuhealthv1alpha1.ActionRebootNode))
+	got := &gpuhealthv1alpha1.NodeHealthEvent{}
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: ev.Name}, got)).To(Succeed())
+	h.g.Expect(got.Status.Phase).To(Equal(gpuhealthv1alpha1.EventActive))
+	h.g.Expect(got.Status.Classification.Verdict).To(Equal(gpuhealthv1alpha1.VerdictQuarantine))
+	h.g.Expect(got.Status.Classification.Rule).To(Equal(DefaultRule))
+	h.g.Expect(got.Status.Classification.CatalogVersion).NotTo(BeEmpty())
+	h.g.Expect(got.Status.ObservedBy.To).To(Equal(quarantined))
+
+	// Draining → Recertifying once the kubelet removed the evicted pod; the reboot Job runs first.
+	h.g.Expect(h.playKubelet(n.Name)).To(Equal(1), "the workload pod was evicted")
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(recertifying))
+	reboot := job.Name(job.RebootNode, n.Name, 1)
+	h.g.Expect(h.jobExists(reboot)).To(BeTrue())
+	h.g.Expect(h.jobExists(job.Name(job.Recertification, n.Name, 1))).To(BeFalse(), "recertification waits for the reboot")
+	h.g.Expect(h.nodeHealth(n.Name).Status.Reason).To(Equal(ReasonRemediating))
+
+	// Reboot done → the recertification Job.
+	h.finishJob(reboot, true)
+	h.reconcile(n.Name)
+	recert := job.Name(job.Recertification, n.Name, 1)
+	h.g.Expect(h.jobExists(recert)).To(BeTrue())
+	h.finishJob(recert, true)
+
+	// Recertification passed → soak window.
+	res = h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(recertifying))
+	h.g.Expect(h.nodeHealth(n.Name).Status.Reason).To(Equal(ReasonSoaking))
+	h.g.Expect(res.RequeueAfter).To(Equal(10*time.Minute), "requeue at the end of the soak window")
+
+	// Soak over → Healthy: uncordoned, untainted, unlabelled, condition True, finding closed.
+	h.clock.Step(10 * time.Minute)
+	h.reconcile(n.Name)
+	nh = h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonRecertified))
+	h.g.Expect(historyPhases(nh)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy, quarantined, draining, recertifying, healthy}))
+	node = h.getNode(n.Name)
+	h.g.Expect(node.Spec.Unschedulable).To(BeFalse())
+	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeFalse())
+	h.g.Expect(node.Labels).NotTo(HaveKey(nodepkg.PhaseLabel))
+	h.g.Expect(node.Annotations).NotTo(HaveKey(nodepkg.AppliedAnnotation))
+	h.g.Expect(gpuHealthyCondition(node).Status).To(Equal(corev1.ConditionTrue))
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: ev.Name}, got)).To(Succeed())
+	h.g.Expect(got.Status.Phase).To(Equal(gpuhealthv1alpha1.EventSuperseded))
+
+	// A later reconcile does not re-quarantine on the closed finding.
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
+}
+
+// TestRecertificationFailsTwiceThenFailed: two failed attempts use up
+// maxAttempts 2; the node goes to Failed, stays cordoned, and a manual
+// release returns it.
+func TestRecertificationFailsTwiceThenFailed(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Recertification.Job = jobTemplate()
+		s.Recertification.MaxAttempts = 2
+		s.Recertification.Backoff = dur("1m")
+	})
+	n := h.node("a", nil)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "48", gpuhealthv1alpha1.SeverityFatal)
+
+	// Attempt 1: no pods, straight to Recertifying.
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(recertifying))
+	h.finishJob(job.Name(job.Recertification, n.Name, 1), false)
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
+	h.g.Expect(nh.Status.History[len(nh.Status.History)-1].Reason).To(Equal(ReasonRecertificationFailed))
+
+	// Backoff holds the next attempt.
+	res := h.reconcile(n.Name)
+	h.g.Expect(h.nodeHealth(n.Name).Status.Reason).To(Equal(ReasonBackoff))
+	h.g.Expect(res.RequeueAfter).To(Equal(time.Minute))
+	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeTrue(), "still cordoned between attempts")
+	h.clock.Step(time.Minute)
+
+	// Attempt 2 fails → Failed.
+	h.reconcile(n.Name)
+	nh = h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(recertifying))
+	h.g.Expect(nh.Status.Recertification.Attempt).To(BeEquivalentTo(2))
+	h.finishJob(job.Name(job.Recertification, n.Name, 2), false)
+	h.reconcile(n.Name)
+	nh = h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(failed))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonRecertificationExhausted))
+	h.g.Expect(nh.Status.Message).To(ContainSubstring("dcgmi diag failed"))
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(failed), "only a human leaves Failed")
+	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeTrue())
+
+	// A human releases it.
+	nh.Spec.Request = &gpuhealthv1alpha1.ManualRequest{Action: gpuhealthv1alpha1.RequestRelease, ID: "inc-1", Reason: "replaced the GPU", RequestedBy: "sre"}
+	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
+	h.reconcile(n.Name)
+	nh = h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonManualRelease))
+	last := nh.Status.History[len(nh.Status.History)-1]
+	h.g.Expect(last.By).To(ContainSubstring("sre"))
+	h.g.Expect(last.By).To(ContainSubstring("manager "))
+	h.g.Expect(nh.Status.LastRequest.ID).To(Equal("inc-1"))
+	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeFalse())
+}
+
+// TestPreexistingCordonSurvivesACycle: a node a human had cordoned stays
+// cordoned after gpuhealth returns it.
+func TestPreexistingCordonSurvivesACycle(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Recertification.SoakWindow = dur("0s") })
+	n := h.node("a", func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	// No pods, no Job, no soak: the whole cycle runs in one pass.
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(historyPhases(nh)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy, quarantined, draining, recertifying, healthy}))
+	h.g.Expect(nh.Status.PreexistingCordon).To(BeTrue())
+	node := h.getNode(n.Name)
+	h.g.Expect(node.Spec.Unschedulable).To(BeTrue(), "the human's cordon is never lifted by us")
+	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeFalse(), "our taint is lifted")
+}
+
+// TestHumanUncordonCancels: uncordoning a draining node ends the workflow
+// for its findings, recorded, and gpuhealth does not fight it.
+func TestHumanUncordonCancels(t *testing.T) {
+	h := newHarness(t)
+	h.policy(nil)
+	n := h.node("a", nil)
+	h.pod(n.Name, "trainer-0", nil)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(draining))
+
+	node := h.getNode(n.Name)
+	node.Spec.Unschedulable = false
+	h.g.Expect(k8sClient.Update(h.ctx, node)).To(Succeed())
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonHumanUncordon))
+	node = h.getNode(n.Name)
+	h.g.Expect(node.Spec.Unschedulable).To(BeFalse())
+	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeFalse())
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(healthy), "the cancelled finding does not quarantine again")
+}
+
+// TestExcludedNodeIsNotTouched and TestDryRunTouchesNothing.
+func TestExcludedNodeIsNotTouched(t *testing.T) {
+	h := newHarness(t)
+	h.policy(nil)
+	n := h.node("a", nil)
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	nh.Spec.Exclude = true
+	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
+	node := h.getNode(n.Name)
+	h.g.Expect(node.Spec.Unschedulable).To(BeFalse())
+	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeFalse())
+	h.g.Expect(node.Labels).NotTo(HaveKey(nodepkg.PhaseLabel))
+}
+
+func TestDryRunTouchesNothing(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.DryRun = true })
+	n := h.node("a", nil)
+	h.pod(n.Name, "trainer-0", nil)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(quarantined), "the decision is recorded")
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonDryRun))
+	node := h.getNode(n.Name)
+	h.g.Expect(node.Spec.Unschedulable).To(BeFalse())
+	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeFalse())
+	h.g.Expect(node.Annotations).NotTo(HaveKey(nodepkg.AppliedAnnotation))
+	pod := &corev1.Pod{}
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Namespace: "default", Name: "trainer-0"}, pod)).To(Succeed())
+	h.g.Expect(pod.DeletionTimestamp).To(BeNil(), "no pod is evicted")
+}
+
+// TestBudgetDrainsOneAtATime: with maxUnavailable 1 and three faulty nodes
+// all three are cordoned, only one drains at a time, and all come back.
+func TestBudgetDrainsOneAtATime(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(1))
+		s.Recertification.Job = jobTemplate()
+		s.Recertification.SoakWindow = dur("0s")
+	})
+	var names []string
+	for _, suffix := range []string{"a", "b", "c"} {
+		n := h.node(suffix, nil)
+		names = append(names, n.Name)
+		h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	}
+	for _, n := range names {
+		h.reconcile(n)
+	}
+	count := func(p gpuhealthv1alpha1.NodeHealthPhase) int {
+		c := 0
+		for _, n := range names {
+			if h.phase(n) == p {
+				c++
+			}
+		}
+		return c
+	}
+	for _, n := range names {
+		h.g.Expect(h.getNode(n).Spec.Unschedulable).To(BeTrue(), "fatal faults cordon every node at once")
+	}
+	h.g.Expect(count(recertifying)).To(Equal(1))
+	h.g.Expect(count(quarantined)).To(Equal(2))
+	for _, n := range names {
+		if h.phase(n) == quarantined {
+			nh := h.nodeHealth(n)
+			h.g.Expect(nh.Status.Reason).To(Equal(ReasonWaitingForBudget))
+			h.g.Expect(nh.Status.Message).To(ContainSubstring("1 of 3 nodes unavailable, maxUnavailable 1"))
+		}
+	}
+	// Finish the nodes one by one; each return lets the next drain.
+	for range names {
+		var active string
+		for _, n := range names {
+			if h.phase(n) == recertifying {
+				active = n
+			}
+		}
+		h.g.Expect(active).NotTo(BeEmpty())
+		h.finishJob(job.Name(job.Recertification, active, 1), true)
+		h.reconcile(active)
+		h.g.Expect(h.phase(active)).To(Equal(healthy))
+		for _, n := range names {
+			h.reconcile(n)
+		}
+		h.g.Expect(count(recertifying)).To(BeNumerically("<=", 1))
+	}
+	h.g.Expect(count(healthy)).To(Equal(3))
+}
+
+// TestContactSupportGoesToFailedAfterDrain: a finding that needs a human
+// empties the node and hands it over without recertification.
+func TestContactSupportGoesToFailedAfterDrain(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Recertification.Job = jobTemplate() })
+	n := h.node("a", nil)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "54", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(failed))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonNeedsHuman))
+	h.g.Expect(h.jobExists(job.Name(job.Recertification, n.Name, 1))).To(BeFalse())
+	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeTrue())
+}

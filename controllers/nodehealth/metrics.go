@@ -1,0 +1,50 @@
+package nodehealth
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/fsm"
+)
+
+const (
+	labelFrom   = "from"
+	labelTo     = "to"
+	labelReason = "reason"
+	labelPhase  = "phase"
+	labelEvent  = "event"
+	labelNode   = "node"
+)
+
+var (
+	transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuhealth_nodehealth_transitions_total",
+		Help: "Number of node state machine transitions, by from phase, to phase and reason.",
+	}, []string{labelFrom, labelTo, labelReason})
+
+	illegalTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuhealth_nodehealth_illegal_transitions_total",
+		Help: "Number of state machine events refused as illegal in the node's phase; each is a bug.",
+	}, []string{labelPhase, labelEvent})
+
+	nodePhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpuhealth_nodehealth_phase",
+		Help: "1 for the phase each managed node is in, 0 for the others.",
+	}, []string{labelNode, labelPhase})
+)
+
+func init() {
+	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase)
+}
+
+// phaseGauge publishes the node's current phase.
+func phaseGauge(nh *gpuhealthv1alpha1.NodeHealth) {
+	for _, p := range fsm.Phases() {
+		v := 0.0
+		if p == nh.Status.Phase {
+			v = 1
+		}
+		nodePhase.WithLabelValues(nh.Name, string(p)).Set(v)
+	}
+}

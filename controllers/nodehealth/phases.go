@@ -1,0 +1,439 @@
+package nodehealth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/budget"
+	"github.com/gpuhealth/gpuhealth/remediation/fsm"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
+	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
+)
+
+const jobNodeLabel = job.NodeLabel
+
+// Policy defaults for fields an older stored object may lack (the CRD
+// schema defaults them for new objects).
+const (
+	defaultJobTimeout  = 30 * time.Minute
+	defaultBackoff     = 5 * time.Minute
+	defaultSoak        = 10 * time.Minute
+	defaultMaxAttempts = 3
+)
+
+func humanUncordoned(n *corev1.Node) bool { return nodepkg.HumanUncordoned(n) }
+
+func (s *scope) cordon() bool {
+	c := s.policy.Spec.Quarantine.Cordon
+	return c == nil || *c
+}
+
+func (s *scope) taint() *corev1.Taint { return nodepkg.Taint(s.policy.Spec.Quarantine.Taint) }
+
+func (s *scope) phaseLabel(phase gpuhealthv1alpha1.NodeHealthPhase) string {
+	if l := s.policy.Spec.Quarantine.PhaseLabel; l != nil && !*l {
+		return ""
+	}
+	return string(phase)
+}
+
+// reconcileHealthy keeps a healthy node released and quarantines it when a
+// finding counts against it.
+func (r *Reconciler) reconcileHealthy(ctx context.Context, s *scope) error {
+	counting := s.counting()
+	if len(counting) == 0 {
+		// The reason of the transition into Healthy (Recertified,
+		// ManualRelease, …) stays until the next one.
+		if s.dryRun() {
+			return nil
+		}
+		return r.ensureReleased(ctx, s)
+	}
+	reason := ReasonFault
+	message := describe(counting)
+	if s.dryRun() {
+		reason, message = ReasonDryRun, "dry run, would cordon and taint: "+message
+	}
+	if err := r.transition(ctx, s, fsm.Quarantine, reason, message, ""); err != nil {
+		return err
+	}
+	r.markObserved(ctx, s, counting)
+	return nil
+}
+
+// ensureReleased lifts what gpuhealth put on a node that is healthy again.
+func (r *Reconciler) ensureReleased(ctx context.Context, s *scope) error {
+	if err := nodepkg.Release(ctx, r.Client, s.node, s.taint()); err != nil {
+		return err
+	}
+	return nodepkg.SetGPUHealthy(ctx, r.Client, s.node, true, ReasonHealthy, "no finding counts against the node", s.now)
+}
+
+// ensureQuarantined keeps an out-of-service node cordoned, tainted and
+// labelled, recording the first time what a human had set before.
+func (r *Reconciler) ensureQuarantined(ctx context.Context, s *scope) error {
+	if s.dryRun() {
+		return nil
+	}
+	first := !nodepkg.AppliedOn(s.node).Any()
+	pre, err := nodepkg.Quarantine(ctx, r.Client, s.node, s.cordon(), s.taint(), s.phaseLabel(s.machine.Phase()))
+	if err != nil {
+		return err
+	}
+	if first && nodepkg.AppliedOn(s.node).Any() {
+		s.nh.Status.PreexistingCordon = pre.Cordon
+		s.nh.Status.PreexistingTaints = pre.Taints
+	}
+	return nodepkg.SetGPUHealthy(ctx, r.Client, s.node, false, s.nh.Status.Reason, s.nh.Status.Message, s.now)
+}
+
+// reconcileQuarantined holds the node cordoned until the budgets let it drain.
+func (r *Reconciler) reconcileQuarantined(ctx context.Context, s *scope, before **gpuhealthv1alpha1.NodeHealth) error {
+	if err := r.ensureQuarantined(ctx, s); err != nil {
+		return err
+	}
+	if s.dryRun() {
+		if len(s.counting()) == 0 {
+			return r.closeFindings(ctx, s, fsm.Cancel, ReasonDryRun, "dry run: no finding counts against the node any more", "")
+		}
+		setStatusReason(s, ReasonDryRun, "dry run: would drain when the budgets allow")
+		return nil
+	}
+	if s.nh.Spec.Hold {
+		setStatusReason(s, ReasonHeld, "spec.hold is true: the node stays quarantined")
+		return nil
+	}
+	if rc := s.nh.Status.Recertification; rc != nil && rc.Result == gpuhealthv1alpha1.JobFailed && rc.CompletedAt != nil {
+		if until := rc.CompletedAt.Add(s.policy.Spec.Recertification.Backoff.Get(defaultBackoff)); s.now.Before(&metav1.Time{Time: until}) {
+			setStatusReason(s, ReasonBackoff, fmt.Sprintf("attempt %d failed; next attempt after %s", rc.Attempt, until.UTC().Format(time.RFC3339)))
+			s.wait(until.Sub(s.now.Time))
+			return nil
+		}
+	}
+	return r.startDrain(ctx, s, before)
+}
+
+// startDrain moves the node to Draining when every budget has room. The
+// count and the status write happen under one lock, with the count read from
+// the apiserver, so two nodes never take the last slot together.
+func (r *Reconciler) startDrain(ctx context.Context, s *scope, before **gpuhealthv1alpha1.NodeHealth) error {
+	r.budgetMu.Lock()
+	defer r.budgetMu.Unlock()
+	d, err := r.globalBudget(ctx, s)
+	if err != nil {
+		setStatusReason(s, ReasonWaitingForBudget, err.Error())
+		s.wait(budgetRecheck)
+		return nil
+	}
+	if d.Allowed() == 0 {
+		msg := "waiting for budget: " + d.Message()
+		if s.nh.Status.Reason != ReasonWaitingForBudget {
+			r.Recorder.Eventf(s.node, s.nh, corev1.EventTypeNormal, ReasonWaitingForBudget, "Drain", msg)
+		}
+		setStatusReason(s, ReasonWaitingForBudget, msg)
+		s.wait(budgetRecheck)
+		return nil
+	}
+	if err := r.transition(ctx, s, fsm.Drain, ReasonDraining, "budget allows: "+d.Message(), ""); err != nil {
+		return err
+	}
+	s.nh.Status.Drain = &gpuhealthv1alpha1.DrainStatus{StartedAt: &s.now}
+	// Write now, inside the lock, so the next budget count sees this node.
+	if err := r.Client.Status().Patch(ctx, s.nh, client.MergeFromWithOptions(*before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patching status of nodehealth %s: %w", s.nh.Name, err)
+	}
+	*before = s.nh.DeepCopy()
+	return nil
+}
+
+// globalBudget counts the policy's managed nodes that are draining or
+// recertifying against maxUnavailable.
+func (r *Reconciler) globalBudget(ctx context.Context, s *scope) (budget.Decision, error) {
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return budget.Decision{}, fmt.Errorf("listing nodes: %w", err)
+	}
+	managed := map[string]bool{}
+	for i := range nodes.Items {
+		if selects(s.policy, &nodes.Items[i]) {
+			managed[nodes.Items[i].Name] = true
+		}
+	}
+	list := &gpuhealthv1alpha1.NodeHealthList{}
+	if err := r.APIReader.List(ctx, list); err != nil {
+		return budget.Decision{}, fmt.Errorf("listing nodehealths: %w", err)
+	}
+	consuming := 0
+	for i := range list.Items {
+		nh := &list.Items[i]
+		if nh.Name == s.nh.Name || !managed[nh.Name] {
+			continue
+		}
+		if p := nh.Status.Phase; p == gpuhealthv1alpha1.PhaseDraining || p == gpuhealthv1alpha1.PhaseRecertifying {
+			consuming++
+		}
+	}
+	limit, err := budget.Limit(s.policy.Spec.Budgets.MaxUnavailable, len(managed), intstr.FromString("10%"))
+	d := budget.Decision{Name: "maxUnavailable", Limit: limit, Consuming: consuming, Total: len(managed)}
+	return d, err
+}
+
+// reconcileDraining evicts the node's pods and moves on when none is left.
+func (r *Reconciler) reconcileDraining(ctx context.Context, s *scope) error {
+	if err := r.ensureQuarantined(ctx, s); err != nil {
+		return err
+	}
+	if s.nh.Spec.Hold {
+		setStatusReason(s, ReasonHeld, "spec.hold is true: the drain is paused")
+		return nil
+	}
+	ds := s.nh.Status.Drain
+	if ds == nil || ds.StartedAt == nil {
+		ds = &gpuhealthv1alpha1.DrainStatus{StartedAt: &s.now}
+		s.nh.Status.Drain = ds
+	}
+	res, err := r.Drainer.Drain(ctx, s.node.Name, s.policy.Spec.Drain, ds.StartedAt.Time)
+	if err != nil {
+		return err
+	}
+	for _, p := range res.ForceDeleted {
+		r.Recorder.Eventf(s.node, s.nh, corev1.EventTypeWarning, ReasonForceDeleted, "Drain",
+			"deleted pod %s after the DeleteAfterTimeout drain timeout", p.String())
+	}
+	ds.PodsRemaining = int32(res.Remaining)
+	ds.PodsTotal = max(ds.PodsTotal, int32(res.Total))
+	ds.PodsBlocked = int32(res.Blocked)
+	ds.Blocked = res.BlockedPods
+	if !res.Done() {
+		msg := fmt.Sprintf("%d of %d pods remaining", res.Remaining, ds.PodsTotal)
+		reason := ReasonDraining
+		if res.Blocked > 0 {
+			reason = ReasonBlockedByPDB
+			msg += fmt.Sprintf(", %d blocked by a PodDisruptionBudget", res.Blocked)
+		}
+		if res.Waiting > 0 {
+			msg += fmt.Sprintf(", %d waiting for completion", res.Waiting)
+		}
+		setStatusReason(s, reason, msg)
+		s.wait(drainRecheck)
+		return nil
+	}
+	if a := s.action(); needsHuman(a) {
+		return r.transition(ctx, s, fsm.Fail, ReasonNeedsHuman, fmt.Sprintf("drained; the findings recommend %s: %s", a, describe(s.counting())), "")
+	}
+	attempt := int32(1)
+	if rc := s.nh.Status.Recertification; rc != nil {
+		attempt = rc.Attempt + 1
+	}
+	if err := r.transition(ctx, s, fsm.Recertify, ReasonRecertifying, fmt.Sprintf("drained; recertification attempt %d", attempt), ""); err != nil {
+		return err
+	}
+	s.nh.Status.Recertification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: attempt, StartedAt: &s.now, Result: gpuhealthv1alpha1.JobPending}
+	return nil
+}
+
+// reconcileRecertifying runs the remediation step, the recertification Job
+// and the soak window, then returns the node or counts a failed attempt.
+func (r *Reconciler) reconcileRecertifying(ctx context.Context, s *scope) error {
+	if err := r.ensureQuarantined(ctx, s); err != nil {
+		return err
+	}
+	if s.nh.Spec.Hold {
+		setStatusReason(s, ReasonHeld, "spec.hold is true: recertification is paused")
+		return nil
+	}
+	rc := s.nh.Status.Recertification
+	if rc == nil || rc.StartedAt == nil {
+		rc = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &s.now, Result: gpuhealthv1alpha1.JobPending}
+		s.nh.Status.Recertification = rc
+	}
+	spec := s.policy.Spec
+	if kind, step := remediationStep(s.action(), spec.Remediation); step != nil {
+		want := job.Build(kind, s.node.Name, r.Namespace, rc.Attempt, step.Job, step.Timeout.Get(defaultJobTimeout))
+		rc.RemediationJob = want.Name
+		done, err := r.awaitJob(ctx, s, want, ReasonRemediating)
+		if err != nil || !done {
+			return err
+		}
+	}
+	if spec.Recertification.Job != nil {
+		want := job.Build(job.Recertification, s.node.Name, r.Namespace, rc.Attempt, *spec.Recertification.Job, spec.Recertification.Timeout.Get(defaultJobTimeout))
+		rc.JobName = want.Name
+		done, err := r.awaitJob(ctx, s, want, ReasonRecertifying)
+		if err != nil || !done {
+			return err
+		}
+	}
+	if rc.CompletedAt == nil {
+		rc.CompletedAt = &s.now
+		rc.Result = gpuhealthv1alpha1.JobSucceeded
+		if spec.Recertification.Job == nil {
+			rc.Message = "no recertification job configured; the soak window decides"
+		}
+	}
+	for _, j := range s.counting() {
+		if j.event.Status.LastSeen != nil && j.event.Status.LastSeen.After(rc.StartedAt.Time) {
+			return r.failAttempt(ctx, s, "a new finding during recertification: "+describe([]judgement{j}))
+		}
+	}
+	soakEnd := rc.CompletedAt.Add(spec.Recertification.SoakWindow.Get(defaultSoak))
+	if s.now.Time.Before(soakEnd) {
+		setStatusReason(s, ReasonSoaking, fmt.Sprintf("recertification passed; soaking until %s", soakEnd.UTC().Format(time.RFC3339)))
+		s.wait(soakEnd.Sub(s.now.Time))
+		return nil
+	}
+	requireFabric := spec.Recertification.RequireFabricHealthy == nil || *spec.Recertification.RequireFabricHealthy
+	var open []judgement
+	for _, j := range s.judged {
+		if j.phase != gpuhealthv1alpha1.EventActive || isPointCheck(j.event.Spec.Check) {
+			continue
+		}
+		if j.counts || (requireFabric && isFabricCheck(j.event.Spec.Check)) {
+			open = append(open, j)
+		}
+	}
+	if len(open) > 0 {
+		setStatusReason(s, ReasonWaitingForResolution, "recertification passed; waiting for findings to clear: "+describe(open))
+		return nil
+	}
+	return r.closeFindings(ctx, s, fsm.Pass, ReasonRecertified, fmt.Sprintf("recertification attempt %d passed and the soak window was clean", rc.Attempt), "")
+}
+
+func isFabricCheck(c gpuhealthv1alpha1.Check) bool {
+	for _, f := range fabricChecks {
+		if f == c {
+			return true
+		}
+	}
+	return false
+}
+
+// remediationStep picks the reset or reboot step the action asks for, when
+// the policy configures one.
+func remediationStep(a gpuhealthv1alpha1.Action, spec gpuhealthv1alpha1.RemediationSpec) (job.Kind, *gpuhealthv1alpha1.RemediationStep) {
+	switch a {
+	case gpuhealthv1alpha1.ActionResetGPU:
+		return job.ResetGPU, spec.ResetGPU
+	case gpuhealthv1alpha1.ActionRebootNode:
+		return job.RebootNode, spec.RebootNode
+	}
+	return "", nil
+}
+
+// awaitJob makes sure the Job exists and says whether it succeeded; a
+// failed Job fails the attempt.
+func (r *Reconciler) awaitJob(ctx context.Context, s *scope, want *batchv1.Job, waitingReason string) (bool, error) {
+	if s.dryRun() {
+		return false, nil
+	}
+	live, err := job.Ensure(ctx, r.Client, want)
+	if err != nil {
+		return false, err
+	}
+	result, msg := job.Result(live)
+	rc := s.nh.Status.Recertification
+	switch result {
+	case gpuhealthv1alpha1.JobSucceeded:
+		return true, nil
+	case gpuhealthv1alpha1.JobFailed:
+		return false, r.failAttempt(ctx, s, fmt.Sprintf("job %s/%s: %s", live.Namespace, live.Name, msg))
+	default:
+		rc.Result = result
+		setStatusReason(s, waitingReason, fmt.Sprintf("attempt %d: job %s/%s %s", rc.Attempt, live.Namespace, live.Name, msg))
+		s.wait(jobRecheck)
+		return false, nil
+	}
+}
+
+// failAttempt records a failed recertification attempt: back to quarantine
+// for another, or Failed when the attempts are used up.
+func (r *Reconciler) failAttempt(ctx context.Context, s *scope, why string) error {
+	rc := s.nh.Status.Recertification
+	rc.Result, rc.CompletedAt, rc.Message = gpuhealthv1alpha1.JobFailed, &s.now, truncate(why, 1024)
+	maxAttempts := s.policy.Spec.Recertification.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = defaultMaxAttempts
+	}
+	if rc.Attempt >= maxAttempts {
+		return r.transition(ctx, s, fsm.Fail, ReasonRecertificationExhausted,
+			fmt.Sprintf("recertification attempt %d of %d failed: %s", rc.Attempt, maxAttempts, why), "")
+	}
+	return r.transition(ctx, s, fsm.FailRecertification, ReasonRecertificationFailed,
+		fmt.Sprintf("recertification attempt %d of %d failed: %s", rc.Attempt, maxAttempts, why), "")
+}
+
+// closeFindings returns the node to service: it closes the findings that
+// led here (so they do not quarantine it again), lifts what gpuhealth put on
+// the node and fires the event.
+func (r *Reconciler) closeFindings(ctx context.Context, s *scope, e fsm.Event, reason, message, by string) error {
+	if err := r.supersede(ctx, s); err != nil {
+		return err
+	}
+	if err := r.transition(ctx, s, e, reason, message, by); err != nil {
+		return err
+	}
+	s.nh.Status.Drain = nil
+	s.nh.Status.Recertification = nil
+	for i := range s.judged {
+		s.judged[i].counts = false
+	}
+	s.nh.Status.ActiveEvents = nil
+	if s.dryRun() {
+		return nil
+	}
+	return r.ensureReleased(ctx, s)
+}
+
+// supersede closes the node's active findings seen up to now.
+func (r *Reconciler) supersede(ctx context.Context, s *scope) error {
+	var errs []error
+	for _, j := range s.judged {
+		if j.phase != gpuhealthv1alpha1.EventActive {
+			continue
+		}
+		ev := j.event
+		patch := client.MergeFrom(ev.DeepCopy())
+		ev.Status.SupersededAt = &s.now
+		ev.Status.Phase = gpuhealthv1alpha1.EventSuperseded
+		if err := r.Client.Status().Patch(ctx, ev, patch); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("superseding event %s: %w", ev.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cancel honours a human who uncordoned a quarantined or draining node: the
+// workflow for these findings ends, recorded, and gpuhealth does not fight it.
+func (r *Reconciler) cancel(ctx context.Context, s *scope) error {
+	return r.closeFindings(ctx, s, fsm.Cancel, ReasonHumanUncordon,
+		"a human uncordoned the node; the workflow for its current findings is cancelled", "")
+}
+
+// markObserved records on each finding the transition it caused.
+func (r *Reconciler) markObserved(ctx context.Context, s *scope, js []judgement) {
+	last := s.nh.Status.History[len(s.nh.Status.History)-1]
+	for _, j := range js {
+		ev := j.event
+		if ev.Status.ObservedBy != nil && !ev.Status.ObservedBy.Time.Before(&last.Time) {
+			continue
+		}
+		patch := client.MergeFrom(ev.DeepCopy())
+		ev.Status.ObservedBy = &gpuhealthv1alpha1.TransitionRef{From: last.From, To: last.To, Time: last.Time}
+		if err := r.Client.Status().Patch(ctx, ev, patch); err != nil && !apierrors.IsNotFound(err) {
+			// The transition stands without this back-reference; say so and go on.
+			log.FromContext(ctx).Error(err, "Recording the transition on an event", "NodeHealthEvent", klog.KObj(ev))
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package nodehealth
+
+// Reasons used in NodeHealth status, history, conditions and Events. They
+// are CamelCase words; messages carry the detail.
+const (
+	// ReasonManaged: the node is managed by a RemediationPolicy.
+	ReasonManaged = "Managed"
+	// ReasonExcluded: spec.exclude keeps gpuhealth away from the node.
+	ReasonExcluded = "Excluded"
+	// ReasonHealthy: no finding counts against the node.
+	ReasonHealthy = "Healthy"
+	// ReasonFault: a finding that quarantines the node arrived.
+	ReasonFault = "Fault"
+	// ReasonDryRun: the policy is in dry-run; gpuhealth only records.
+	ReasonDryRun = "DryRun"
+	// ReasonHeld: spec.hold keeps the node where it is.
+	ReasonHeld = "Held"
+	// ReasonWaitingForBudget: a budget has no room for another node.
+	ReasonWaitingForBudget = "WaitingForBudget"
+	// ReasonDraining: pods are being evicted.
+	ReasonDraining = "Draining"
+	// ReasonBlockedByPDB: a PodDisruptionBudget refuses an eviction.
+	ReasonBlockedByPDB = "BlockedByPDB"
+	// ReasonForceDeleted: a pod outlived its DeleteAfterTimeout and was deleted.
+	ReasonForceDeleted = "ForceDeleted"
+	// ReasonNeedsHuman: the findings recommend ContactSupport or ReplaceNode.
+	ReasonNeedsHuman = "NeedsHuman"
+	// ReasonRemediating: a reset or reboot Job runs.
+	ReasonRemediating = "Remediating"
+	// ReasonRecertifying: the recertification Job runs.
+	ReasonRecertifying = "Recertifying"
+	// ReasonSoaking: recertification passed; the soak window runs.
+	ReasonSoaking = "Soaking"
+	// ReasonWaitingForResolution: recertification passed; condition findings have not cleared.
+	ReasonWaitingForResolution = "WaitingForResolution"
+	// ReasonRecertified: the node passed recertification and returned.
+	ReasonRecertified = "Recertified"
+	// ReasonRecertificationFailed: an attempt failed; another follows.
+	ReasonRecertificationFailed = "RecertificationFailed"
+	// ReasonRecertificationExhausted: the last attempt failed.
+	ReasonRecertificationExhausted = "RecertificationExhausted"
+	// ReasonBackoff: waiting between recertification attempts.
+	ReasonBackoff = "Backoff"
+	// ReasonHumanUncordon: a human uncordoned the node, cancelling the workflow.
+	ReasonHumanUncordon = "HumanUncordon"
+	// ReasonManualRelease: a human released the node without recertification.
+	ReasonManualRelease = "ManualRelease"
+	// ReasonManualRecertify: a human asked for recertification.
+	ReasonManualRecertify = "ManualRecertify"
+)

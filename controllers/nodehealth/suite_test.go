@@ -1,0 +1,293 @@
+package nodehealth
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/drain"
+)
+
+var (
+	testScheme = runtime.NewScheme()
+	k8sClient  client.Client
+	testEnv    *envtest.Environment
+)
+
+const jobNamespace = "gpuhealth-system"
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run 'make test', or export KUBEBUILDER_ASSETS=$(hack/controlplane.sh | tail -1)")
+		return 1
+	}
+	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
+		panic(err)
+	}
+	if err := gpuhealthv1alpha1.AddToScheme(testScheme); err != nil {
+		panic(err)
+	}
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                testScheme,
+	}
+	cfg, err := testEnv.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
+		return 1
+	}
+	defer func() { _ = testEnv.Stop() }()
+	if k8sClient, err = client.New(cfg, client.Options{Scheme: testScheme}); err != nil {
+		fmt.Fprintf(os.Stderr, "creating client: %v\n", err)
+		return 1
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobNamespace}}
+	if err := k8sClient.Create(context.Background(), ns); err != nil {
+		fmt.Fprintf(os.Stderr, "creating namespace: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// harness is one test's reconciler with a fake clock and recorder, driven
+// step by step with reconcile().
+type harness struct {
+	t        *testing.T
+	g        *WithT
+	ctx      context.Context
+	clock    *clocktesting.FakeClock
+	recorder *events.FakeRecorder
+	r        *Reconciler
+	label    string
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	rec := events.NewFakeRecorder(1000)
+	h := &harness{
+		t: t, g: NewWithT(t), ctx: context.Background(), clock: clk, recorder: rec,
+		label: strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())),
+	}
+	if len(h.label) > 50 {
+		h.label = h.label[:50]
+	}
+	h.label = strings.TrimRight(h.label, "-")
+	h.r = &Reconciler{
+		Client: k8sClient, APIReader: k8sClient, Clock: clk, Recorder: rec,
+		Drainer: drain.New(k8sClient, clk), Namespace: jobNamespace,
+	}
+	return h
+}
+
+// policy creates a RemediationPolicy that selects only this test's nodes.
+func (h *harness) policy(mutate func(*gpuhealthv1alpha1.RemediationPolicySpec)) *gpuhealthv1alpha1.RemediationPolicy {
+	h.t.Helper()
+	p := &gpuhealthv1alpha1.RemediationPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: h.label},
+		Spec: gpuhealthv1alpha1.RemediationPolicySpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": h.label}},
+		},
+	}
+	if mutate != nil {
+		mutate(&p.Spec)
+	}
+	h.g.Expect(k8sClient.Create(h.ctx, p)).To(Succeed())
+	h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), p) })
+	return p
+}
+
+// node creates a GPU node of this test.
+func (h *harness) node(name string, mutate func(*corev1.Node)) *corev1.Node {
+	h.t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:   h.label + "-" + name,
+		Labels: map[string]string{"test": h.label, "nvidia.com/gpu.present": "true"},
+	}}
+	if mutate != nil {
+		mutate(n)
+	}
+	h.g.Expect(k8sClient.Create(h.ctx, n)).To(Succeed())
+	h.t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), n)
+		_ = k8sClient.Delete(context.Background(), &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: n.Name}})
+	})
+	return n
+}
+
+// fault creates a finding about node as a monitor would, seen now.
+func (h *harness) fault(node string, check gpuhealthv1alpha1.Check, code string, severity gpuhealthv1alpha1.Severity) *gpuhealthv1alpha1.NodeHealthEvent {
+	h.t.Helper()
+	spec := gpuhealthv1alpha1.NodeHealthEventSpec{
+		NodeName: node, Source: gpuhealthv1alpha1.SourceNVML, Check: check, Code: code, Severity: severity,
+		Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "GPU-0000"},
+		Message:   "test finding",
+	}
+	if check == gpuhealthv1alpha1.CheckNVLinkErrors {
+		spec.Component = gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentNVLink, ID: "GPU-0000/link-1"}
+	}
+	ev := &gpuhealthv1alpha1.NodeHealthEvent{ObjectMeta: metav1.ObjectMeta{Name: spec.EventName()}, Spec: spec}
+	h.g.Expect(k8sClient.Create(h.ctx, ev)).To(Succeed())
+	h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ev) })
+	now := metav1.NewTime(h.clock.Now())
+	ev.Status = gpuhealthv1alpha1.NodeHealthEventStatus{Count: 1, FirstSeen: &now, LastSeen: &now}
+	h.g.Expect(k8sClient.Status().Update(h.ctx, ev)).To(Succeed())
+	return ev
+}
+
+// pod creates a running workload pod on node.
+func (h *harness) pod(node, name string, lbls map[string]string) *corev1.Pod {
+	h.t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: lbls},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "train", Image: "trainer"}},
+		},
+	}
+	h.g.Expect(k8sClient.Create(h.ctx, p)).To(Succeed())
+	h.t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), p, client.GracePeriodSeconds(0))
+	})
+	return p
+}
+
+// reconcile runs one Reconcile of node and returns the result.
+func (h *harness) reconcile(node string) ctrl.Result {
+	h.t.Helper()
+	res, err := h.r.Reconcile(h.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: node}})
+	h.g.Expect(err).NotTo(HaveOccurred())
+	return res
+}
+
+func (h *harness) nodeHealth(node string) *gpuhealthv1alpha1.NodeHealth {
+	h.t.Helper()
+	nh := &gpuhealthv1alpha1.NodeHealth{}
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: node}, nh)).To(Succeed())
+	return nh
+}
+
+func (h *harness) getNode(name string) *corev1.Node {
+	h.t.Helper()
+	n := &corev1.Node{}
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: name}, n)).To(Succeed())
+	return n
+}
+
+func (h *harness) phase(node string) gpuhealthv1alpha1.NodeHealthPhase {
+	return h.nodeHealth(node).Status.Phase
+}
+
+// playKubelet removes pods that were evicted (envtest has no kubelet to
+// finish their graceful deletion).
+func (h *harness) playKubelet(node string) int {
+	h.t.Helper()
+	pods := &corev1.PodList{}
+	h.g.Expect(k8sClient.List(h.ctx, pods, client.MatchingFields{"spec.nodeName": node})).To(Succeed())
+	n := 0
+	for i := range pods.Items {
+		if pods.Items[i].DeletionTimestamp != nil {
+			h.g.Expect(client.IgnoreNotFound(k8sClient.Delete(h.ctx, &pods.Items[i], client.GracePeriodSeconds(0)))).To(Succeed())
+			n++
+		}
+	}
+	return n
+}
+
+// finishJob plays the Job controller: it marks the Job succeeded or failed.
+func (h *harness) finishJob(name string, succeeded bool) {
+	h.t.Helper()
+	j := &batchv1.Job{}
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Namespace: jobNamespace, Name: name}, j)).To(Succeed())
+	now := metav1.NewTime(h.clock.Now())
+	start := metav1.NewTime(now.Add(-time.Minute))
+	j.Status.StartTime = &start
+	if succeeded {
+		j.Status.Succeeded = 1
+		j.Status.CompletionTime = &now
+		j.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now},
+		}
+	} else {
+		j.Status.Failed = 1
+		j.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "dcgmi diag failed", LastProbeTime: now, LastTransitionTime: now},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "dcgmi diag failed", LastProbeTime: now, LastTransitionTime: now},
+		}
+	}
+	h.g.Expect(k8sClient.Status().Update(h.ctx, j)).To(Succeed())
+	h.t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), j, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	})
+}
+
+func (h *harness) jobExists(name string) bool {
+	err := k8sClient.Get(h.ctx, types.NamespacedName{Namespace: jobNamespace, Name: name}, &batchv1.Job{})
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	h.g.Expect(err).NotTo(HaveOccurred())
+	return true
+}
+
+// historyPhases is the list of phases the node entered, in order.
+func historyPhases(nh *gpuhealthv1alpha1.NodeHealth) []gpuhealthv1alpha1.NodeHealthPhase {
+	var out []gpuhealthv1alpha1.NodeHealthPhase
+	for _, t := range nh.Status.History {
+		out = append(out, t.To)
+	}
+	return out
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func gpuHealthyCondition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == "GPUHealthy" {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func jobTemplate() *gpuhealthv1alpha1.JobTemplate {
+	return &gpuhealthv1alpha1.JobTemplate{Image: "dcgm", Command: []string{"dcgmi", "diag", "-r", "2"}}
+}
+
+func dur(s string) *gpuhealthv1alpha1.Duration { return ptr.To(gpuhealthv1alpha1.Duration(s)) }
+
+func intstrFromInt(i int) intstr.IntOrString { return intstr.FromInt32(int32(i)) }

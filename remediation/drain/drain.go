@@ -1,0 +1,248 @@
+package drain
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+const (
+	// NodeNameField is the field the Drainer lists a node's pods by. A cached
+	// client must have an index on it (mgr.GetFieldIndexer().IndexField on
+	// Pods, returning spec.nodeName); the apiserver supports it as a field selector.
+	NodeNameField = "spec.nodeName"
+
+	// passTimeout bounds one pass, so a reconciler worker is never held long;
+	// the caller requeues and the next pass carries on where this one stopped.
+	passTimeout = 5 * time.Second
+
+	// admitTimeout bounds how long a pass waits for eviction tokens and
+	// in-flight slots. At the default 20 evictions a second that is up to about
+	// 40 evictions per pass (a full bucket plus a second's refill) when no other
+	// node competes; a pass that gets no token within a second is sharing the
+	// budget with other nodes and hands its worker back instead of queueing
+	// behind them. It leaves the rest of passTimeout for the requests themselves.
+	admitTimeout = time.Second
+
+	// defaultEvictionsPerSecond, defaultMaxConcurrentEvictions and
+	// defaultTimeout are the schema defaults of DrainSpec, applied here too for
+	// a spec that was never defaulted (a zero value in a test or a caller).
+	defaultEvictionsPerSecond     = 20
+	defaultMaxConcurrentEvictions = 16
+	defaultTimeout                = time.Hour
+
+	// maxBlockedPods is how many blocked pods a Result lists: the MaxItems of
+	// NodeHealth status.drain.blocked.
+	maxBlockedPods = 10
+)
+
+// Drainer empties nodes through the Eviction API. It is safe for concurrent
+// use by many reconcilers; make one per process, because its eviction rate and
+// in-flight limits are shared by every node it drains.
+type Drainer struct {
+	client client.Client
+	clock  clock.PassiveClock
+
+	// limiter is the token bucket every eviction and deletion request takes a
+	// token from. Its rate is the last spec.evictionsPerSecond seen and its burst
+	// one second's worth, so a quiet bucket lets a pass start at once.
+	limiter *rate.Limiter
+	// inFlight bounds the eviction and deletion requests in flight at once.
+	inFlight *gate
+}
+
+// New returns a Drainer that reads and writes through c and takes the time
+// from clk. c lists pods by NodeNameField, so a cached client needs that index.
+func New(c client.Client, clk clock.PassiveClock) *Drainer {
+	return &Drainer{
+		client:   c,
+		clock:    clk,
+		limiter:  rate.NewLimiter(defaultEvictionsPerSecond, defaultEvictionsPerSecond),
+		inFlight: newGate(defaultMaxConcurrentEvictions),
+	}
+}
+
+// Result is what one pass found and did. The counts cover the pods that must
+// leave the node; DaemonSet pods, mirror pods, finished pods and pods in
+// skipped namespaces are not counted anywhere.
+type Result struct {
+	// Total is the number of pods that must leave, including those already terminating.
+	Total int
+	// Remaining is how many of those are still on the node, terminating or not,
+	// including those evicted in this pass; the drain is done when it is 0.
+	Remaining int
+	// Evicted is the number of evictions the apiserver accepted in this pass.
+	Evicted int
+	// Blocked is the number of pods whose eviction was refused with 429 Too Many
+	// Requests in this pass, which a PodDisruptionBudget does when it allows no disruption.
+	Blocked int
+	// Waiting is the number of running pods left alone because their namespace is WaitForCompletion.
+	Waiting int
+	// BlockedPods lists up to 10 of the blocked pods, sorted by namespace and
+	// name, with the PodDisruptionBudget that selects each when one does.
+	BlockedPods []gpuhealthv1alpha1.BlockedPod
+	// ForceDeleted lists, sorted, the pods deleted in this pass because their
+	// DeleteAfterTimeout expired, so the caller can emit an Event for each.
+	ForceDeleted []types.NamespacedName
+}
+
+// Done reports whether no pod that must leave is left on the node.
+func (r Result) Done() bool {
+	return r.Remaining == 0
+}
+
+// Drain makes one bounded pass over the pods of node: it evicts what spec
+// says to evict, deletes what has outlived its DeleteAfterTimeout, and reports
+// what is left. startedAt is when the drain of this node began; timeouts count
+// from it, and a zero startedAt never lets one expire. A pass takes about
+// five seconds at most; pods it had no time or token for are tried by the next
+// pass, so the caller requeues until Done.
+//
+// Errors from independent pods are joined; the Result still counts what the
+// pass did and saw.
+func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1.DrainSpec, startedAt time.Time) (Result, error) {
+	d.setLimits(spec)
+	passCtx, cancel := context.WithTimeout(ctx, passTimeout)
+	defer cancel()
+
+	pods := &corev1.PodList{}
+	if err := d.client.List(passCtx, pods, client.MatchingFields{NodeNameField: node}); err != nil {
+		return Result{}, fmt.Errorf("listing pods on node %s: %w", node, err)
+	}
+	now := d.clock.Now()
+	chain := []podFilter{
+		skipDaemonSetPods,
+		skipMirrorPods,
+		skipFinishedPods,
+		skipNamespaces(spec.SkipNamespaces),
+		newModeResolver(d.client, spec).filter,
+	}
+
+	var (
+		res   Result
+		errs  []error
+		tasks []task
+	)
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		dec, err := decide(passCtx, chain, pod)
+		if err != nil {
+			// Unsure whether the pod must leave, count it as staying, so the
+			// drain is not reported done on a guess.
+			errs = append(errs, fmt.Errorf("choosing drain mode for pod %s: %w", client.ObjectKeyFromObject(pod), err))
+			res.Total++
+			res.Remaining++
+			continue
+		}
+		if dec.verdict == skip {
+			continue
+		}
+		res.Total++
+		res.Remaining++
+		if pod.DeletionTimestamp != nil {
+			// Already leaving: a second eviction would only delete it again.
+			continue
+		}
+		switch dec.verdict {
+		case wait:
+			res.Waiting++
+		case deleteAfterTimeout:
+			if !startedAt.IsZero() && !now.Before(startedAt.Add(dec.timeout)) {
+				tasks = append(tasks, task{pod: pod, delete: true})
+			} else {
+				tasks = append(tasks, task{pod: pod})
+			}
+		default:
+			tasks = append(tasks, task{pod: pod})
+		}
+	}
+
+	var blocked []blockedPod
+	for _, out := range d.run(passCtx, tasks) {
+		switch out.kind {
+		case outcomeEvicted:
+			res.Evicted++
+		case outcomeDeleted:
+			res.ForceDeleted = append(res.ForceDeleted, client.ObjectKeyFromObject(out.pod))
+		case outcomeGone:
+			res.Remaining--
+		case outcomeBlocked:
+			res.Blocked++
+			blocked = append(blocked, blockedPod{pod: out.pod, message: out.message})
+		case outcomeFailed:
+			errs = append(errs, out.err)
+		case outcomeDeferred:
+			// No token, slot or time left in this pass; the next pass retries.
+		}
+	}
+	res.BlockedPods = d.describeBlocked(passCtx, blocked)
+	slices.SortFunc(res.ForceDeleted, func(a, b types.NamespacedName) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	if err := ctx.Err(); err != nil {
+		// The caller gave up; work skipped because of it is not a wait.
+		errs = append(errs, err)
+	}
+	return res, errors.Join(errs...)
+}
+
+// setLimits applies the spec's rate and concurrency to the shared limits. With
+// several policies the last pass wins; the schema defaults make them agree
+// unless someone sets them differently on purpose.
+func (d *Drainer) setLimits(spec gpuhealthv1alpha1.DrainSpec) {
+	perSecond := int(cmp.Or(spec.EvictionsPerSecond, defaultEvictionsPerSecond))
+	if d.limiter.Limit() != rate.Limit(perSecond) || d.limiter.Burst() != perSecond {
+		d.limiter.SetLimit(rate.Limit(perSecond))
+		d.limiter.SetBurst(perSecond)
+	}
+	d.inFlight.setLimit(int(cmp.Or(spec.MaxConcurrentEvictions, defaultMaxConcurrentEvictions)))
+}
+
+// run carries out tasks concurrently, each after taking a token and a slot,
+// and returns their outcomes in the same order.
+func (d *Drainer) run(ctx context.Context, tasks []task) []outcome {
+	outcomes := make([]outcome, len(tasks))
+	if len(tasks) == 0 {
+		return outcomes
+	}
+	admitCtx, cancel := context.WithTimeout(ctx, admitTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range tasks {
+		wg.Go(func() {
+			outcomes[i] = d.do(ctx, admitCtx, tasks[i])
+		})
+	}
+	wg.Wait()
+	return outcomes
+}
+
+// do waits (until admitCtx is done) for a token and an in-flight slot, then
+// sends the task's request within ctx.
+func (d *Drainer) do(ctx, admitCtx context.Context, t task) outcome {
+	// Wait fails at once, without taking a token, when the token would come
+	// after admitCtx's deadline.
+	if err := d.limiter.Wait(admitCtx); err != nil {
+		return outcome{kind: outcomeDeferred, pod: t.pod}
+	}
+	if err := d.inFlight.acquire(admitCtx); err != nil {
+		return outcome{kind: outcomeDeferred, pod: t.pod}
+	}
+	defer d.inFlight.release()
+	if t.delete {
+		return d.deletePod(ctx, t.pod)
+	}
+	return d.evictPod(ctx, t.pod)
+}

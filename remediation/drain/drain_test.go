@@ -1,0 +1,385 @@
+package drain_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/drain"
+)
+
+// epoch is where every test's fake clock starts.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestDrainEvictsPodsAndIsDoneOnceTheKubeletRemovesThem(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	for _, name := range []string{"a", "b", "c"} {
+		newPod(t, ns, name, node)
+	}
+	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+
+	// First pass: all three evictions accepted; the pods are terminating but still there.
+	res, err := d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{Total: 3, Remaining: 3, Evicted: 3}))
+	g.Expect(res.Done()).To(BeFalse())
+	for _, name := range []string{"a", "b", "c"} {
+		g.Expect(getPod(t, ns, name).DeletionTimestamp).NotTo(BeNil())
+	}
+
+	// A pass while they terminate counts them and evicts nothing again.
+	res, err = d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{Total: 3, Remaining: 3}))
+
+	playKubelet(t, node)
+	res, err = d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{}))
+	g.Expect(res.Done()).To(BeTrue())
+}
+
+func TestDrainReportsAPodBlockedByAPodDisruptionBudgetUntilTheBudgetAllowsIt(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	newPod(t, ns, "web-0", node, withLabels(map[string]string{"app": "web"}), running())
+	pdb := newPDB(t, ns, "web", map[string]string{"app": "web"})
+	setDisruptionsAllowed(t, pdb, 0)
+	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+
+	res, err := d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Total).To(Equal(1))
+	g.Expect(res.Remaining).To(Equal(1))
+	g.Expect(res.Evicted).To(Equal(0))
+	g.Expect(res.Blocked).To(Equal(1))
+	g.Expect(res.BlockedPods).To(HaveLen(1))
+	g.Expect(res.BlockedPods[0].Namespace).To(Equal(ns))
+	g.Expect(res.BlockedPods[0].Name).To(Equal("web-0"))
+	g.Expect(res.BlockedPods[0].PodDisruptionBudget).To(Equal("web"))
+	g.Expect(res.BlockedPods[0].Message).To(ContainSubstring("disruption budget"))
+	g.Expect(getPod(t, ns, "web-0").DeletionTimestamp).To(BeNil())
+
+	// The disruption controller sees a healthy replacement and allows one disruption.
+	setDisruptionsAllowed(t, pdb, 1)
+	res, err = d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{Total: 1, Remaining: 1, Evicted: 1}))
+	g.Expect(getPod(t, ns, "web-0").DeletionTimestamp).NotTo(BeNil())
+}
+
+func TestDrainLeavesDaemonSetMirrorAndSkippedNamespacePodsAloneAndUncounted(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	skipped := newNamespace(t, nil)
+	node := ns + "-node"
+	newPod(t, ns, "ds", node, withOwner("apps/v1", "DaemonSet", "gpu-monitor"))
+	newPod(t, ns, "mirror", node, withAnnotations(map[string]string{corev1.MirrorPodAnnotationKey: "abc"}))
+	newPod(t, skipped, "system", node)
+	newPod(t, ns, "job", node, withOwner("batch/v1", "Job", "train"))
+	spec := gpuhealthv1alpha1.DrainSpec{SkipNamespaces: []string{skipped}}
+	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+
+	res, err := d.Drain(t.Context(), node, spec, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{Total: 1, Remaining: 1, Evicted: 1}))
+	g.Expect(getPod(t, ns, "ds").DeletionTimestamp).To(BeNil())
+	g.Expect(getPod(t, ns, "mirror").DeletionTimestamp).To(BeNil())
+	g.Expect(getPod(t, skipped, "system").DeletionTimestamp).To(BeNil())
+	g.Expect(getPod(t, ns, "job").DeletionTimestamp).NotTo(BeNil())
+
+	// With the one pod that had to leave gone, the node is drained although the others stay.
+	playKubelet(t, node)
+	res, err = d.Drain(t.Context(), node, spec, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Done()).To(BeTrue())
+	g.Expect(res.Total).To(Equal(0))
+}
+
+func TestDrainWaitsForPodsInAWaitForCompletionNamespaceToFinish(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	newPod(t, ns, "train", node, running())
+	spec := gpuhealthv1alpha1.DrainSpec{Namespaces: []gpuhealthv1alpha1.NamespaceDrain{
+		{Namespace: ns, Mode: gpuhealthv1alpha1.DrainWaitForCompletion},
+	}}
+	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+
+	res, err := d.Drain(t.Context(), node, spec, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{Total: 1, Remaining: 1, Waiting: 1}))
+	g.Expect(res.Done()).To(BeFalse())
+	g.Expect(getPod(t, ns, "train").DeletionTimestamp).To(BeNil())
+
+	// The training run ends by itself.
+	setPhase(t, ns, "train", corev1.PodSucceeded)
+	res, err = d.Drain(t.Context(), node, spec, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{}))
+	g.Expect(res.Done()).To(BeTrue())
+	g.Expect(getPod(t, ns, "train").DeletionTimestamp).To(BeNil())
+}
+
+func TestDrainDeletesABlockedPodOnceItsDeleteAfterTimeoutExpires(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	newPod(t, ns, "db-0", node, withLabels(map[string]string{"app": "db"}), running())
+	setDisruptionsAllowed(t, newPDB(t, ns, "db", map[string]string{"app": "db"}), 0)
+	spec := gpuhealthv1alpha1.DrainSpec{Namespaces: []gpuhealthv1alpha1.NamespaceDrain{
+		{Namespace: ns, Mode: gpuhealthv1alpha1.DrainDeleteAfterTimeout, Timeout: ptr.To(gpuhealthv1alpha1.Duration("10m"))},
+	}}
+	clk := clocktesting.NewFakeClock(epoch)
+	d := drain.New(k8sClient, clk)
+	startedAt := clk.Now()
+
+	// Before the timeout the pod is evicted like any other, and the budget refuses.
+	res, err := d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Blocked).To(Equal(1))
+	g.Expect(res.ForceDeleted).To(BeEmpty())
+	g.Expect(res.BlockedPods).To(HaveLen(1))
+	g.Expect(res.BlockedPods[0].PodDisruptionBudget).To(Equal("db"))
+
+	clk.Step(10*time.Minute - time.Second)
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Blocked).To(Equal(1))
+	g.Expect(res.ForceDeleted).To(BeEmpty())
+
+	// At the timeout the pod is deleted despite the budget.
+	clk.Step(time.Second)
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{
+		Total:        1,
+		Remaining:    1,
+		ForceDeleted: []types.NamespacedName{{Namespace: ns, Name: "db-0"}},
+	}))
+	g.Expect(getPod(t, ns, "db-0").DeletionTimestamp).NotTo(BeNil())
+
+	playKubelet(t, node)
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Done()).To(BeTrue())
+}
+
+func TestDrainChoosesTheModeByNamespaceLabels(t *testing.T) {
+	g := NewWithT(t)
+	labelled := newNamespace(t, map[string]string{"gpuhealth.dev/drain": "wait"})
+	plain := newNamespace(t, nil)
+	named := newNamespace(t, map[string]string{"gpuhealth.dev/drain": "wait"})
+	node := plain + "-node"
+	newPod(t, labelled, "train", node)
+	newPod(t, plain, "web", node)
+	newPod(t, named, "batch", node)
+	spec := gpuhealthv1alpha1.DrainSpec{Namespaces: []gpuhealthv1alpha1.NamespaceDrain{
+		// First match wins: the entry by name shadows the selector for this namespace.
+		{Namespace: named, Mode: gpuhealthv1alpha1.DrainEvict},
+		{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpuhealth.dev/drain": "wait"}},
+			Mode:              gpuhealthv1alpha1.DrainWaitForCompletion,
+		},
+	}}
+	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+
+	res, err := d.Drain(t.Context(), node, spec, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{Total: 3, Remaining: 3, Evicted: 2, Waiting: 1}))
+	g.Expect(getPod(t, labelled, "train").DeletionTimestamp).To(BeNil())
+	g.Expect(getPod(t, plain, "web").DeletionTimestamp).NotTo(BeNil())
+	g.Expect(getPod(t, named, "batch").DeletionTimestamp).NotTo(BeNil())
+}
+
+func TestDrainSpreadsEvictionsOverPassesAtTheConfiguredRate(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	names := []string{"p0", "p1", "p2", "p3", "p4"}
+	for _, name := range names {
+		newPod(t, ns, name, node)
+	}
+	spec := gpuhealthv1alpha1.DrainSpec{EvictionsPerSecond: 1}
+	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+
+	// One token a second: a pass gets the token in the bucket and perhaps the
+	// next one, never all five.
+	res, err := d.Drain(t.Context(), node, spec, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Total).To(Equal(5))
+	g.Expect(res.Remaining).To(Equal(5))
+	g.Expect(res.Evicted).To(BeNumerically(">=", 1))
+	g.Expect(res.Evicted).To(BeNumerically("<", 5))
+	evicted := res.Evicted
+
+	// Later passes carry on with the pods still running, never evicting one twice.
+	g.Eventually(func(g Gomega) {
+		res, err := d.Drain(t.Context(), node, spec, epoch)
+		g.Expect(err).NotTo(HaveOccurred())
+		evicted += res.Evicted
+		g.Expect(evicted).To(Equal(len(names)))
+	}).WithTimeout(30 * time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
+	g.Expect(evicted).To(Equal(len(names)))
+
+	playKubelet(t, node)
+	res, err = d.Drain(t.Context(), node, spec, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Done()).To(BeTrue())
+}
+
+// podOption changes a pod before it is created; running() acts after.
+type podOption func(*corev1.Pod)
+
+func withLabels(labels map[string]string) podOption {
+	return func(p *corev1.Pod) { p.Labels = labels }
+}
+
+func withAnnotations(annotations map[string]string) podOption {
+	return func(p *corev1.Pod) { p.Annotations = annotations }
+}
+
+func withOwner(apiVersion, kind, name string) podOption {
+	return func(p *corev1.Pod) {
+		p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{
+			APIVersion: apiVersion,
+			Kind:       kind,
+			Name:       name,
+			UID:        types.UID(name + "-uid"),
+			Controller: ptr.To(true),
+		})
+	}
+}
+
+// running marks the pod Running and Ready after creation, as the kubelet
+// would. The Eviction API checks PodDisruptionBudgets only for running pods:
+// it deletes Pending ones straight away.
+func running() podOption {
+	return func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
+}
+
+// newNamespace creates a namespace with a unique name and deletes it when the
+// test ends. envtest runs no namespace controller, so its pods stay behind;
+// every test uses its own node name, so they do not meet another test's pass.
+func newNamespace(t *testing.T, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "drain-", Labels: labels}}
+	NewWithT(t).Expect(k8sClient.Create(t.Context(), ns)).To(Succeed())
+	t.Cleanup(func() {
+		if err := k8sClient.Delete(context.Background(), ns); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting namespace %s: %v", ns.Name, err)
+		}
+	})
+	return ns.Name
+}
+
+// newPod creates a pod bound to node; options that set status are written
+// through the status subresource afterwards.
+func newPod(t *testing.T, ns, name, node string, opts ...podOption) *corev1.Pod {
+	t.Helper()
+	g := NewWithT(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}
+	for _, opt := range opts {
+		opt(pod)
+	}
+	status := pod.Status
+	g.Expect(k8sClient.Create(t.Context(), pod)).To(Succeed())
+	if status.Phase != "" {
+		pod.Status = status
+		g.Expect(k8sClient.Status().Update(t.Context(), pod)).To(Succeed())
+	}
+	return pod
+}
+
+func getPod(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{}
+	NewWithT(t).Expect(k8sClient.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, pod)).To(Succeed())
+	return pod
+}
+
+// setPhase writes the pod's phase as the kubelet would when its containers exit.
+func setPhase(t *testing.T, ns, name string, phase corev1.PodPhase) {
+	t.Helper()
+	NewWithT(t).Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod := getPod(t, ns, name)
+		pod.Status.Phase = phase
+		return k8sClient.Status().Update(t.Context(), pod)
+	})).To(Succeed())
+}
+
+// playKubelet does what the kubelet does once a terminating pod's containers
+// have stopped: it removes the pod for good.
+func playKubelet(t *testing.T, node string) {
+	t.Helper()
+	g := NewWithT(t)
+	pods := &corev1.PodList{}
+	g.Expect(k8sClient.List(t.Context(), pods, client.MatchingFields{drain.NodeNameField: node})).To(Succeed())
+	for i := range pods.Items {
+		if pods.Items[i].DeletionTimestamp == nil {
+			continue
+		}
+		err := k8sClient.Delete(t.Context(), &pods.Items[i], client.GracePeriodSeconds(0))
+		g.Expect(client.IgnoreNotFound(err)).To(Succeed())
+	}
+}
+
+// newPDB creates a PodDisruptionBudget that keeps at least one pod matching selector.
+func newPDB(t *testing.T, ns, name string, selector map[string]string) *policyv1.PodDisruptionBudget {
+	t.Helper()
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector:     &metav1.LabelSelector{MatchLabels: selector},
+		},
+	}
+	NewWithT(t).Expect(k8sClient.Create(t.Context(), pdb)).To(Succeed())
+	return pdb
+}
+
+// setDisruptionsAllowed plays the disruption controller: with allowed 0 the
+// only healthy pod is the one the budget needs; with allowed n, n healthy
+// replacements exist elsewhere.
+func setDisruptionsAllowed(t *testing.T, pdb *policyv1.PodDisruptionBudget, allowed int32) {
+	t.Helper()
+	NewWithT(t).Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current := &policyv1.PodDisruptionBudget{}
+		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(pdb), current); err != nil {
+			return err
+		}
+		current.Status = policyv1.PodDisruptionBudgetStatus{
+			ObservedGeneration: current.Generation,
+			DisruptionsAllowed: allowed,
+			CurrentHealthy:     1 + allowed,
+			DesiredHealthy:     1,
+			ExpectedPods:       1 + allowed,
+		}
+		return k8sClient.Status().Update(t.Context(), current)
+	})).To(Succeed())
+}

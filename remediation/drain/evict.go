@@ -1,0 +1,192 @@
+package drain
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+// maxMessageLen is the MaxLength of BlockedPod.message.
+const maxMessageLen = 512
+
+// task is one request a pass sends for a pod: an eviction, or a deletion when
+// the pod's DeleteAfterTimeout has expired.
+type task struct {
+	pod    *corev1.Pod
+	delete bool
+}
+
+// outcomeKind is what became of a task.
+type outcomeKind int
+
+const (
+	// outcomeDeferred: no token, slot or time was left; the next pass retries.
+	outcomeDeferred outcomeKind = iota
+	// outcomeEvicted: the apiserver accepted the eviction; the pod is terminating.
+	outcomeEvicted
+	// outcomeDeleted: the pod was deleted after its timeout; it is terminating.
+	outcomeDeleted
+	// outcomeGone: the pod, or at least the one with this UID, no longer exists.
+	outcomeGone
+	// outcomeBlocked: the eviction was refused with 429, usually by a PodDisruptionBudget.
+	outcomeBlocked
+	// outcomeFailed: any other error, in err.
+	outcomeFailed
+)
+
+// outcome is what became of one task.
+type outcome struct {
+	kind outcomeKind
+	pod  *corev1.Pod
+	// message is the apiserver's reason for a blocked eviction.
+	message string
+	err     error
+}
+
+// evictPod asks the apiserver to evict pod, which it does only if every
+// PodDisruptionBudget selecting the pod allows a disruption. The UID
+// precondition makes sure a pod recreated under the same name (a StatefulSet
+// replica already rescheduled) is not evicted in its predecessor's place.
+// See https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/.
+func (d *Drainer) evictPod(ctx context.Context, pod *corev1.Pod) outcome {
+	log.FromContext(ctx).V(4).Info("Evicting Pod", "Pod", klog.KObj(pod))
+	eviction := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
+	}
+	err := d.client.SubResource("eviction").Create(ctx, pod, eviction)
+	switch {
+	case err == nil:
+		return outcome{kind: outcomeEvicted, pod: pod}
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// 404: the pod is gone. 409: the UID precondition failed, so the pod we
+		// listed is gone and another took its name.
+		return outcome{kind: outcomeGone, pod: pod}
+	case apierrors.IsTooManyRequests(err):
+		// A PodDisruptionBudget allows no disruption now (or the apiserver is
+		// shedding load); the disruption controller raises the budget once
+		// replacements are healthy, and the next pass tries again.
+		log.FromContext(ctx).V(1).Info("Eviction refused, retrying next pass", "Pod", klog.KObj(pod), "reason", err.Error())
+		return outcome{kind: outcomeBlocked, pod: pod, message: blockedMessage(err)}
+	case ctx.Err() != nil:
+		// The pass ran out of time mid-request; the next pass sees whether it landed.
+		return outcome{kind: outcomeDeferred, pod: pod}
+	default:
+		return outcome{kind: outcomeFailed, pod: pod, err: fmt.Errorf("evicting pod %s: %w", client.ObjectKeyFromObject(pod), err)}
+	}
+}
+
+// deletePod deletes pod once its DeleteAfterTimeout has expired, bypassing
+// PodDisruptionBudgets. It keeps the pod's own grace period rather than force
+// deleting with 0: the kubelet still stops the containers, so a replacement
+// never overlaps a workload still holding the node's GPUs.
+func (d *Drainer) deletePod(ctx context.Context, pod *corev1.Pod) outcome {
+	log.FromContext(ctx).Info("Deleting Pod after drain timeout", "Pod", klog.KObj(pod))
+	err := d.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+	switch {
+	case err == nil:
+		return outcome{kind: outcomeDeleted, pod: pod}
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return outcome{kind: outcomeGone, pod: pod}
+	case ctx.Err() != nil:
+		return outcome{kind: outcomeDeferred, pod: pod}
+	default:
+		return outcome{kind: outcomeFailed, pod: pod, err: fmt.Errorf("deleting pod %s after drain timeout: %w", client.ObjectKeyFromObject(pod), err)}
+	}
+}
+
+// blockedMessage returns why an eviction was refused: the apiserver's
+// DisruptionBudget cause ("The disruption budget web needs 2 healthy pods and
+// has 2 currently") when there is one, else the error, cut to fit BlockedPod.message.
+func blockedMessage(err error) string {
+	msg := err.Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Details != nil {
+		for _, cause := range status.Status().Details.Causes {
+			if cause.Type == policyv1.DisruptionBudgetCause && cause.Message != "" {
+				msg = cause.Message
+				break
+			}
+		}
+	}
+	if len(msg) > maxMessageLen {
+		msg = msg[:maxMessageLen]
+	}
+	return msg
+}
+
+// blockedPod is a pod whose eviction was refused in this pass.
+type blockedPod struct {
+	pod     *corev1.Pod
+	message string
+}
+
+// describeBlocked returns the first maxBlockedPods of blocked, sorted by
+// namespace and name, each with the name of the PodDisruptionBudget selecting
+// it. The 429 names no budget in a field, so the budgets of the pod's namespace
+// are listed (once per namespace) and matched against the pod's labels.
+func (d *Drainer) describeBlocked(ctx context.Context, blocked []blockedPod) []gpuhealthv1alpha1.BlockedPod {
+	if len(blocked) == 0 {
+		return nil
+	}
+	slices.SortFunc(blocked, func(a, b blockedPod) int {
+		return cmp.Or(cmp.Compare(a.pod.Namespace, b.pod.Namespace), cmp.Compare(a.pod.Name, b.pod.Name))
+	})
+	blocked = blocked[:min(len(blocked), maxBlockedPods)]
+	budgets := map[string][]policyv1.PodDisruptionBudget{}
+	out := make([]gpuhealthv1alpha1.BlockedPod, 0, len(blocked))
+	for _, b := range blocked {
+		pdbs, ok := budgets[b.pod.Namespace]
+		if !ok {
+			list := &policyv1.PodDisruptionBudgetList{}
+			if err := d.client.List(ctx, list, client.InNamespace(b.pod.Namespace)); err != nil {
+				// The name is for people reading status; the count is what the
+				// caller acts on, so a failed lookup only leaves the name out.
+				log.FromContext(ctx).Error(err, "Listing PodDisruptionBudgets failed", "namespace", b.pod.Namespace)
+			}
+			pdbs = list.Items
+			budgets[b.pod.Namespace] = pdbs
+		}
+		out = append(out, gpuhealthv1alpha1.BlockedPod{
+			Namespace:           b.pod.Namespace,
+			Name:                b.pod.Name,
+			PodDisruptionBudget: budgetFor(b.pod, pdbs),
+			Message:             b.message,
+		})
+	}
+	return out
+}
+
+// budgetFor returns the name of the first budget, by name, whose selector
+// matches pod's labels, or "" if none does. In policy/v1 a nil selector matches
+// no pod and an empty one every pod of the namespace, which is what
+// LabelSelectorAsSelector returns for them.
+func budgetFor(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) string {
+	var names []string
+	for i := range pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(pdbs[i].Spec.Selector)
+		if err != nil {
+			continue
+		}
+		if sel.Matches(labels.Set(pod.Labels)) {
+			names = append(names, pdbs[i].Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return slices.Min(names)
+}

@@ -1,0 +1,202 @@
+package drain
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+// verdict is what a pass does with one pod.
+type verdict int
+
+const (
+	// undecided hands the pod to the next filter of the chain.
+	undecided verdict = iota
+	// skip leaves the pod on the node and out of every count.
+	skip
+	// evict removes the pod through the Eviction API.
+	evict
+	// wait leaves the pod alone until it finishes by itself; it still keeps the node from being drained.
+	wait
+	// deleteAfterTimeout evicts the pod and deletes it once the timeout since the drain began has passed.
+	deleteAfterTimeout
+)
+
+// decision is a filter's verdict; timeout is set for deleteAfterTimeout only.
+type decision struct {
+	verdict verdict
+	timeout time.Duration
+}
+
+// podFilter judges one pod. It returns undecided to leave the pod to the next
+// filter; the first other verdict wins.
+type podFilter func(ctx context.Context, pod *corev1.Pod) (decision, error)
+
+// decide runs the chain on pod. A pod no filter decides is evicted.
+func decide(ctx context.Context, chain []podFilter, pod *corev1.Pod) (decision, error) {
+	for _, f := range chain {
+		d, err := f(ctx, pod)
+		if err != nil {
+			return decision{}, err
+		}
+		if d.verdict != undecided {
+			return d, nil
+		}
+	}
+	return decision{verdict: evict}, nil
+}
+
+// skipDaemonSetPods keeps DaemonSet pods: their controller tolerates the
+// unschedulable taint and would recreate them on the node at once, as kubectl
+// drain --ignore-daemonsets assumes. Any owner of kind DaemonSet counts, so
+// look-alikes such as OpenKruise's Advanced DaemonSet are kept too.
+func skipDaemonSetPods(_ context.Context, pod *corev1.Pod) (decision, error) {
+	for _, ref := range pod.OwnerReferences {
+		if ref.Kind == "DaemonSet" {
+			return decision{verdict: skip}, nil
+		}
+	}
+	return decision{}, nil
+}
+
+// skipMirrorPods keeps mirror pods: they stand for static pods the kubelet
+// runs from files on the node, and deleting the mirror does not stop them.
+func skipMirrorPods(_ context.Context, pod *corev1.Pod) (decision, error) {
+	if _, ok := pod.Annotations[corev1.MirrorPodAnnotationKey]; ok {
+		return decision{verdict: skip}, nil
+	}
+	return decision{}, nil
+}
+
+// skipFinishedPods ignores pods that have succeeded or failed: they hold no
+// resources and nothing is gained by removing them.
+func skipFinishedPods(_ context.Context, pod *corev1.Pod) (decision, error) {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return decision{verdict: skip}, nil
+	}
+	return decision{}, nil
+}
+
+// skipNamespaces keeps the pods of the policy's skipNamespaces.
+func skipNamespaces(names []string) podFilter {
+	return func(_ context.Context, pod *corev1.Pod) (decision, error) {
+		if slices.Contains(names, pod.Namespace) {
+			return decision{verdict: skip}, nil
+		}
+		return decision{}, nil
+	}
+}
+
+// modeResolver picks the drain mode of a namespace: the first entry of
+// spec.namespaces that matches, else spec.defaultMode. It lives for one pass
+// and is used from one goroutine, so its caches need no lock.
+type modeResolver struct {
+	client client.Client
+	spec   gpuhealthv1alpha1.DrainSpec
+	// selectors holds the parsed namespaceSelector of each entry, by index; filled on first use.
+	selectors map[int]labels.Selector
+	// namespaceLabels holds the labels of each Namespace read in this pass; a
+	// Namespace that does not exist has nil labels.
+	namespaceLabels map[string]labels.Set
+}
+
+// newModeResolver returns a resolver for one pass over spec.
+func newModeResolver(c client.Client, spec gpuhealthv1alpha1.DrainSpec) *modeResolver {
+	return &modeResolver{
+		client:          c,
+		spec:            spec,
+		selectors:       map[int]labels.Selector{},
+		namespaceLabels: map[string]labels.Set{},
+	}
+}
+
+// filter is the last link of the chain: it turns the namespace's mode into a verdict.
+func (m *modeResolver) filter(ctx context.Context, pod *corev1.Pod) (decision, error) {
+	mode, timeout, err := m.modeFor(ctx, pod.Namespace)
+	if err != nil {
+		return decision{}, err
+	}
+	switch mode {
+	case gpuhealthv1alpha1.DrainWaitForCompletion:
+		return decision{verdict: wait}, nil
+	case gpuhealthv1alpha1.DrainDeleteAfterTimeout:
+		return decision{verdict: deleteAfterTimeout, timeout: timeout}, nil
+	default:
+		// Evict, the empty default, and any value the schema's enum should have
+		// refused: evicting honours PodDisruptionBudgets, so it is the safe choice.
+		return decision{verdict: evict}, nil
+	}
+}
+
+// modeFor returns the mode for namespace and the timeout that applies to it.
+func (m *modeResolver) modeFor(ctx context.Context, namespace string) (gpuhealthv1alpha1.DrainMode, time.Duration, error) {
+	timeout := m.spec.Timeout.Get(defaultTimeout)
+	for i := range m.spec.Namespaces {
+		entry := &m.spec.Namespaces[i]
+		ok, err := m.matches(ctx, i, entry, namespace)
+		if err != nil {
+			return "", 0, err
+		}
+		if ok {
+			return entry.Mode, entry.Timeout.Get(timeout), nil
+		}
+	}
+	mode := m.spec.DefaultMode
+	if mode == "" {
+		mode = gpuhealthv1alpha1.DrainEvict
+	}
+	return mode, timeout, nil
+}
+
+// matches reports whether entry i applies to namespace.
+func (m *modeResolver) matches(ctx context.Context, i int, entry *gpuhealthv1alpha1.NamespaceDrain, namespace string) (bool, error) {
+	if entry.Namespace != "" {
+		return entry.Namespace == namespace, nil
+	}
+	if entry.NamespaceSelector == nil {
+		return false, nil
+	}
+	sel, ok := m.selectors[i]
+	if !ok {
+		var err error
+		sel, err = metav1.LabelSelectorAsSelector(entry.NamespaceSelector)
+		if err != nil {
+			return false, fmt.Errorf("parsing namespaceSelector of drain.namespaces[%d]: %w", i, err)
+		}
+		m.selectors[i] = sel
+	}
+	set, err := m.labelsOf(ctx, namespace)
+	if err != nil {
+		return false, err
+	}
+	return sel.Matches(set), nil
+}
+
+// labelsOf returns the labels of the Namespace, reading it once per pass.
+func (m *modeResolver) labelsOf(ctx context.Context, namespace string) (labels.Set, error) {
+	if set, ok := m.namespaceLabels[namespace]; ok {
+		return set, nil
+	}
+	ns := &corev1.Namespace{}
+	err := m.client.Get(ctx, client.ObjectKey{Name: namespace}, ns)
+	switch {
+	case apierrors.IsNotFound(err):
+		// A pod outliving its namespace is being garbage collected; with no
+		// labels it gets the mode of entries by name or the default.
+		m.namespaceLabels[namespace] = nil
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("getting namespace %s: %w", namespace, err)
+	}
+	m.namespaceLabels[namespace] = ns.Labels
+	return ns.Labels, nil
+}

@@ -1,0 +1,165 @@
+package job
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+
+// Kind is what a Job is for.
+type Kind string
+
+const (
+	// Recertification proves a drained node fit to return.
+	Recertification Kind = "recert"
+	// ResetGPU resets the node's GPUs before recertification.
+	ResetGPU Kind = "reset"
+	// RebootNode reboots the node before recertification.
+	RebootNode Kind = "reboot"
+)
+
+const (
+	// NodeLabel carries the node a Job runs for.
+	NodeLabel = "gpuhealth.dev/node"
+	// KindLabel carries the Job's Kind.
+	KindLabel = "gpuhealth.dev/job-kind"
+	// AttemptLabel carries the recertification attempt.
+	AttemptLabel = "gpuhealth.dev/attempt"
+
+	// finishedTTL keeps finished Jobs (and their pods' logs) for a day so a
+	// human can read why a node failed recertification.
+	finishedTTL = 24 * time.Hour
+)
+
+// Name is the deterministic name of the Job of a kind for a node and attempt,
+// so a stale cache meets AlreadyExists instead of creating a second Job. Long
+// node names are shortened and made unique with a hash; the result is a valid
+// label value (at most 63 characters), as Job names must be.
+func Name(kind Kind, node string, attempt int32) string {
+	prefix := "gpuhealth-" + string(kind) + "-"
+	suffix := "-" + strconv.Itoa(int(attempt))
+	if len(prefix)+len(node)+len(suffix) <= 63 {
+		return prefix + node + suffix
+	}
+	sum := sha256.Sum256([]byte(node))
+	hash := hex.EncodeToString(sum[:])[:8]
+	keep := 63 - len(prefix) - len(suffix) - len(hash) - 1
+	return prefix + strings.TrimRight(node[:keep], ".-") + "-" + hash + suffix
+}
+
+// Build returns the Job of a kind for a node. The pod is pinned to the node
+// with required node affinity on metadata.name (so the scheduler still
+// checks resources such as nvidia.com/gpu), tolerates every taint (the node
+// is cordoned and tainted by us, and perhaps by a human), never restarts, and
+// the Job has no retries of its own: gpuhealth counts attempts.
+func Build(kind Kind, node, namespace string, attempt int32, tmpl gpuhealthv1alpha1.JobTemplate, timeout time.Duration) *batchv1.Job {
+	labels := map[string]string{}
+	for k, v := range tmpl.Labels {
+		labels[k] = v
+	}
+	ours := map[string]string{NodeLabel: node, KindLabel: string(kind), AttemptLabel: strconv.Itoa(int(attempt))}
+	for k, v := range ours {
+		labels[k] = v
+	}
+	container := corev1.Container{
+		Name:            string(kind),
+		Image:           tmpl.Image,
+		ImagePullPolicy: tmpl.ImagePullPolicy,
+		Command:         tmpl.Command,
+		Args:            tmpl.Args,
+		Env:             tmpl.Env,
+	}
+	if tmpl.Resources != nil {
+		container.Resources = *tmpl.Resources
+	}
+	if tmpl.Privileged {
+		container.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(kind, node, attempt), Namespace: namespace, Labels: ours},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To[int32](0),
+			ActiveDeadlineSeconds:   ptr.To(int64(timeout.Seconds())),
+			TTLSecondsAfterFinished: ptr.To(int32(finishedTTL.Seconds())),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: tmpl.Annotations},
+				Spec: corev1.PodSpec{
+					RestartPolicy:      corev1.RestartPolicyNever,
+					ServiceAccountName: tmpl.ServiceAccountName,
+					PriorityClassName:  tmpl.PriorityClassName,
+					HostPID:            tmpl.HostPID,
+					Containers:         []corev1.Container{container},
+					Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+							NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+								Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+							}}}},
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// Ensure creates the Job unless it exists, and returns the live one.
+func Ensure(ctx context.Context, c client.Client, want *batchv1.Job) (*batchv1.Job, error) {
+	got := &batchv1.Job{}
+	err := c.Get(ctx, client.ObjectKeyFromObject(want), got)
+	if err == nil {
+		return got, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("getting job %s: %w", want.Name, err)
+	}
+	if err := c.Create(ctx, want); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Our cache was behind; the Job is there. Read it next time.
+			return want, nil
+		}
+		return nil, fmt.Errorf("creating job %s: %w", want.Name, err)
+	}
+	return want, nil
+}
+
+// Result reads a Job's outcome from its conditions and counters.
+func Result(j *batchv1.Job) (gpuhealthv1alpha1.JobResult, string) {
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete, batchv1.JobSuccessCriteriaMet:
+			return gpuhealthv1alpha1.JobSucceeded, "job completed"
+		case batchv1.JobFailed, batchv1.JobFailureTarget:
+			msg := c.Message
+			if msg == "" {
+				msg = c.Reason
+			}
+			return gpuhealthv1alpha1.JobFailed, fmt.Sprintf("job failed: %s", msg)
+		}
+	}
+	if j.Status.Failed > 0 {
+		return gpuhealthv1alpha1.JobFailed, "job pod failed"
+	}
+	if j.Status.Active > 0 {
+		return gpuhealthv1alpha1.JobRunning, "job running"
+	}
+	return gpuhealthv1alpha1.JobPending, "job pending"
+}

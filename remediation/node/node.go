@@ -1,0 +1,213 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch;update
+
+const (
+	// AppliedAnnotation records on the Node what gpuhealth added, as a
+	// comma-separated subset of "cordon" and "taint". It is written in the same
+	// patch as the cordon and the taint, so after a crash the operator still
+	// knows which cordon is its own: a cordon without it was there before.
+	AppliedAnnotation = "gpuhealth.dev/applied"
+	// PhaseLabel mirrors NodeHealth.status.phase on the Node while it is out of service.
+	PhaseLabel = "gpuhealth.dev/phase"
+	// GPUHealthyCondition is the Node condition other tools read.
+	GPUHealthyCondition corev1.NodeConditionType = "GPUHealthy"
+
+	appliedCordon = "cordon"
+	appliedTaint  = "taint"
+)
+
+// Applied is what gpuhealth added to a node.
+type Applied struct {
+	Cordon bool
+	Taint  bool
+}
+
+// AppliedOn reads what gpuhealth added to the node.
+func AppliedOn(n *corev1.Node) Applied {
+	v, ok := n.Annotations[AppliedAnnotation]
+	if !ok {
+		return Applied{}
+	}
+	parts := strings.Split(v, ",")
+	return Applied{Cordon: slices.Contains(parts, appliedCordon), Taint: slices.Contains(parts, appliedTaint)}
+}
+
+func (a Applied) String() string {
+	var parts []string
+	if a.Cordon {
+		parts = append(parts, appliedCordon)
+	}
+	if a.Taint {
+		parts = append(parts, appliedTaint)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Any says whether gpuhealth added anything.
+func (a Applied) Any() bool { return a.Cordon || a.Taint }
+
+// HumanUncordoned says whether someone lifted the cordon gpuhealth put on the node.
+func HumanUncordoned(n *corev1.Node) bool {
+	return AppliedOn(n).Cordon && !n.Spec.Unschedulable
+}
+
+// Taint converts the policy's taint into a Node taint.
+func Taint(t *gpuhealthv1alpha1.TaintSpec) *corev1.Taint {
+	if t == nil {
+		return nil
+	}
+	return &corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect}
+}
+
+func hasTaint(n *corev1.Node, t *corev1.Taint) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect })
+}
+
+// Preexisting is what was on the node before gpuhealth first quarantined it.
+type Preexisting struct {
+	Cordon bool
+	Taints []corev1.Taint
+}
+
+// Quarantine cordons (when cordon is true) and taints (when taint is set)
+// the node and sets the phase label (when label is non-empty), patching only
+// what differs. It returns what was already there before gpuhealth's first
+// quarantine of the node; that is meaningful only on the first call, when
+// the node carries no AppliedAnnotation yet.
+func Quarantine(ctx context.Context, c client.Client, n *corev1.Node, cordon bool, taint *corev1.Taint, label string) (Preexisting, error) {
+	before := AppliedOn(n)
+	var pre Preexisting
+	if !before.Any() {
+		pre.Cordon = n.Spec.Unschedulable
+		if taint != nil && hasTaint(n, taint) {
+			for _, t := range n.Spec.Taints {
+				if t.Key == taint.Key && t.Effect == taint.Effect {
+					pre.Taints = append(pre.Taints, t)
+				}
+			}
+		}
+	}
+	patch := client.MergeFromWithOptions(n.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	after := before
+	if cordon && !n.Spec.Unschedulable {
+		n.Spec.Unschedulable = true
+		after.Cordon = true
+	}
+	if taint != nil && !hasTaint(n, taint) {
+		t := *taint
+		n.Spec.Taints = append(n.Spec.Taints, t)
+		after.Taint = true
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	if after.Any() {
+		n.Annotations[AppliedAnnotation] = after.String()
+	}
+	setLabel(n, label)
+	if err := c.Patch(ctx, n, patch); err != nil {
+		return pre, fmt.Errorf("quarantining node %s: %w", n.Name, err)
+	}
+	return pre, nil
+}
+
+// SetPhaseLabel sets (or, with an empty phase, removes) the phase label.
+func SetPhaseLabel(ctx context.Context, c client.Client, n *corev1.Node, phase string) error {
+	cur, ok := n.Labels[PhaseLabel]
+	if (phase == "" && !ok) || (phase != "" && cur == phase) {
+		return nil
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	setLabel(n, phase)
+	if err := c.Patch(ctx, n, patch); err != nil {
+		return fmt.Errorf("labelling node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+func hasLabel(n *corev1.Node) bool {
+	_, ok := n.Labels[PhaseLabel]
+	return ok
+}
+
+func setLabel(n *corev1.Node, phase string) {
+	if phase == "" {
+		delete(n.Labels, PhaseLabel)
+		return
+	}
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[PhaseLabel] = phase
+}
+
+// Release lifts exactly what gpuhealth added (per AppliedAnnotation) and the
+// phase label. A cordon or taint that was there before stays.
+func Release(ctx context.Context, c client.Client, n *corev1.Node, taint *corev1.Taint) error {
+	if _, ok := n.Annotations[AppliedAnnotation]; !ok && !hasLabel(n) {
+		return nil
+	}
+	applied := AppliedOn(n)
+	patch := client.MergeFromWithOptions(n.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if applied.Cordon {
+		n.Spec.Unschedulable = false
+	}
+	if applied.Taint && taint != nil {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == taint.Key && x.Effect == taint.Effect })
+	}
+	delete(n.Annotations, AppliedAnnotation)
+	setLabel(n, "")
+	if err := c.Patch(ctx, n, patch); err != nil {
+		return fmt.Errorf("releasing node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// SetGPUHealthy sets the node's GPUHealthy condition, writing only when its
+// status, reason or message changes (the transition time moves only with the status).
+func SetGPUHealthy(ctx context.Context, c client.Client, n *corev1.Node, healthy bool, reason, message string, now metav1.Time) error {
+	status := corev1.ConditionFalse
+	if healthy {
+		status = corev1.ConditionTrue
+	}
+	idx := slices.IndexFunc(n.Status.Conditions, func(x corev1.NodeCondition) bool { return x.Type == GPUHealthyCondition })
+	if idx >= 0 {
+		cur := n.Status.Conditions[idx]
+		if cur.Status == status && cur.Reason == reason && cur.Message == message {
+			return nil
+		}
+	}
+	patch := client.MergeFromWithOptions(n.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	cond := corev1.NodeCondition{Type: GPUHealthyCondition, Status: status, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
+	if idx >= 0 {
+		if n.Status.Conditions[idx].Status == status {
+			cond.LastTransitionTime = n.Status.Conditions[idx].LastTransitionTime
+		}
+		n.Status.Conditions[idx] = cond
+	} else {
+		n.Status.Conditions = append(n.Status.Conditions, cond)
+	}
+	if err := c.Status().Patch(ctx, n, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("setting condition %s on node %s: %w", GPUHealthyCondition, n.Name, err)
+	}
+	return nil
+}
