@@ -10,10 +10,13 @@ import (
 	"os"
 
 	"go.uber.org/zap/zapcore"
+	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -23,7 +26,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 )
 
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=gpuhealth-system
 
 func main() {
 	if err := run(); err != nil {
@@ -71,6 +74,11 @@ func run() error {
 		LeaderElectionID:              leaderElection,
 		LeaderElectionNamespace:       namespace,
 		LeaderElectionReleaseOnCancel: true,
+		// Jobs live only in the operator's namespace; watching them there
+		// keeps the RBAC a namespaced Role instead of cluster-wide access.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&batchv1.Job{}: {Namespaces: map[string]cache.Config{namespace: {}}},
+		}},
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)

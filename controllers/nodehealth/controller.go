@@ -233,7 +233,7 @@ func (s *scope) wait(d time.Duration) {
 func (s *scope) dryRun() bool { return s.policy.Spec.DryRun }
 
 // Reconcile moves one node forward as far as it can go now.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
 	logger := log.FromContext(ctx).WithValues("Node", klog.KRef("", req.Name))
 	ctx = log.IntoContext(ctx, logger)
 
@@ -259,6 +259,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			s.nh.Status.ObservedGeneration = s.nh.Generation
 		}
 		if err := r.Client.Status().Patch(ctx, s.nh, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) && reterr == nil {
+				// Our cache was behind the object; the side effects are
+				// idempotent, so decide again from the fresh copy.
+				result = ctrl.Result{RequeueAfter: conflictRetry}
+				return
+			}
 			reterr = errors.Join(reterr, fmt.Errorf("patching status of nodehealth %s: %w", s.nh.Name, err))
 			return
 		}

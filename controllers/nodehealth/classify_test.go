@@ -1,0 +1,118 @@
+package nodehealth
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+func TestJudge(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.Time { t := metav1.NewTime(now.Add(d)); return &t }
+	event := func(check gpuhealthv1alpha1.Check, code string, sev gpuhealthv1alpha1.Severity, st gpuhealthv1alpha1.NodeHealthEventStatus) *gpuhealthv1alpha1.NodeHealthEvent {
+		return &gpuhealthv1alpha1.NodeHealthEvent{
+			Spec:   gpuhealthv1alpha1.NodeHealthEventSpec{NodeName: "n", Source: "nvml", Check: check, Code: code, Severity: sev, RecommendedAction: "None"},
+			Status: st,
+		}
+	}
+	debounceRule := gpuhealthv1alpha1.Rule{
+		Name: "app-xids", Match: gpuhealthv1alpha1.RuleMatch{Checks: []gpuhealthv1alpha1.Check{"XID"}, Codes: []string{"13"}},
+		Verdict: "Quarantine", Action: "Recertify",
+		Debounce: &gpuhealthv1alpha1.Debounce{Count: 5, Window: "24h"},
+	}
+	recoveryRule := gpuhealthv1alpha1.Rule{
+		Name: "nvlink", Match: gpuhealthv1alpha1.RuleMatch{Checks: []gpuhealthv1alpha1.Check{"NVLinkErrors"}},
+		Verdict: "Quarantine", Recovery: &gpuhealthv1alpha1.Recovery{ClearAfter: "15m"},
+	}
+	ignore45 := gpuhealthv1alpha1.Rule{Name: "ignore-45", Match: gpuhealthv1alpha1.RuleMatch{Codes: []string{"45"}}, Verdict: "Ignore"}
+	rules := []gpuhealthv1alpha1.Rule{debounceRule, recoveryRule, ignore45}
+
+	cases := []struct {
+		name        string
+		event       *gpuhealthv1alpha1.NodeHealthEvent
+		wantRule    string
+		wantPhase   gpuhealthv1alpha1.EventPhase
+		wantCounts  bool
+		wantAction  gpuhealthv1alpha1.Action
+		wantRecheck time.Duration
+	}{
+		{
+			name:     "XID 79 quarantines by the built-in catalog with a reboot",
+			event:    event("XID", "79", "Fatal", gpuhealthv1alpha1.NodeHealthEventStatus{Count: 1}),
+			wantRule: DefaultRule, wantPhase: "Active", wantCounts: true, wantAction: "RebootNode",
+		},
+		{
+			name:     "XID 43 is ignored by the catalog",
+			event:    event("XID", "43", "Fatal", gpuhealthv1alpha1.NodeHealthEventStatus{Count: 1}),
+			wantRule: DefaultRule, wantPhase: "Ignored", wantAction: "None",
+		},
+		{
+			name:     "a rule ignores XID 45",
+			event:    event("XID", "45", "Fatal", gpuhealthv1alpha1.NodeHealthEventStatus{Count: 1}),
+			wantRule: "ignore-45", wantPhase: "Ignored", wantAction: "ContactSupport",
+		},
+		{
+			name:     "XID 13 seen four times waits for its debounce",
+			event:    event("XID", "13", "Info", gpuhealthv1alpha1.NodeHealthEventStatus{Count: 4, FirstSeen: at(-time.Hour), LastSeen: at(0)}),
+			wantRule: "app-xids", wantPhase: "Active", wantAction: "Recertify",
+		},
+		{
+			name:     "XID 13 seen five times in an hour passes its debounce",
+			event:    event("XID", "13", "Info", gpuhealthv1alpha1.NodeHealthEventStatus{Count: 5, FirstSeen: at(-time.Hour), LastSeen: at(0)}),
+			wantRule: "app-xids", wantPhase: "Active", wantCounts: true, wantAction: "Recertify",
+		},
+		{
+			name:     "XID 13 seen five times over a week is too slow for 5 per 24h",
+			event:    event("XID", "13", "Info", gpuhealthv1alpha1.NodeHealthEventStatus{Count: 5, FirstSeen: at(-7 * 24 * time.Hour), LastSeen: at(0)}),
+			wantRule: "app-xids", wantPhase: "Active", wantAction: "Recertify",
+		},
+		{
+			name:     "a resolved NVLink finding counts until its hysteresis ends",
+			event:    event("NVLinkErrors", "CRC_FLIT", "Degraded", gpuhealthv1alpha1.NodeHealthEventStatus{Count: 3, Resolved: true, ResolvedAt: at(-5 * time.Minute)}),
+			wantRule: "nvlink", wantPhase: "Active", wantCounts: true, wantAction: "None", wantRecheck: 10 * time.Minute,
+		},
+		{
+			name:     "a resolved NVLink finding stops counting after its hysteresis",
+			event:    event("NVLinkErrors", "CRC_FLIT", "Degraded", gpuhealthv1alpha1.NodeHealthEventStatus{Count: 3, Resolved: true, ResolvedAt: at(-20 * time.Minute)}),
+			wantRule: "nvlink", wantPhase: "Resolved", wantAction: "None",
+		},
+		{
+			name:     "a Degraded finding no rule matches is observed, not quarantined",
+			event:    event("Fabric", "NOT_COMPLETED", "Degraded", gpuhealthv1alpha1.NodeHealthEventStatus{Count: 1}),
+			wantRule: DefaultRule, wantPhase: "Active", wantAction: "None",
+		},
+		{
+			name: "a superseded finding stays closed",
+			event: event("XID", "79", "Fatal", gpuhealthv1alpha1.NodeHealthEventStatus{
+				Count: 1, LastSeen: at(-time.Hour), SupersededAt: at(-time.Minute),
+			}),
+			wantRule: DefaultRule, wantPhase: "Superseded", wantAction: "RebootNode",
+		},
+		{
+			name: "a superseded finding that occurs again is active again",
+			event: event("XID", "79", "Fatal", gpuhealthv1alpha1.NodeHealthEventStatus{
+				Count: 2, LastSeen: at(0), SupersededAt: at(-time.Minute),
+			}),
+			wantRule: DefaultRule, wantPhase: "Active", wantCounts: true, wantAction: "RebootNode",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			j := judge(tc.event, rules, now)
+			g.Expect(j.rule).To(Equal(tc.wantRule))
+			g.Expect(j.phase).To(Equal(tc.wantPhase))
+			g.Expect(j.counts).To(Equal(tc.wantCounts), j.reason)
+			g.Expect(j.action).To(Equal(tc.wantAction))
+			if tc.wantRecheck > 0 {
+				g.Expect(j.recheckAt.Sub(now)).To(Equal(tc.wantRecheck))
+			} else {
+				g.Expect(j.recheckAt.IsZero()).To(BeTrue())
+			}
+		})
+	}
+}
