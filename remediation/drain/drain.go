@@ -12,8 +12,10 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
@@ -169,7 +171,10 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 		}
 	}
 
-	var blocked []blockedPod
+	var (
+		blocked  []blockedPod
+		deferred int
+	)
 	for _, out := range d.run(passCtx, tasks) {
 		switch out.kind {
 		case outcomeEvicted:
@@ -185,7 +190,11 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 			errs = append(errs, out.err)
 		case outcomeDeferred:
 			// No token, slot or time left in this pass; the next pass retries.
+			deferred++
 		}
+	}
+	if deferred > 0 {
+		log.FromContext(ctx).V(1).Info("Leaving pods for the next pass", "Node", klog.KRef("", node), "deferred", deferred)
 	}
 	res.BlockedPods = d.describeBlocked(passCtx, blocked)
 	slices.SortFunc(res.ForceDeleted, func(a, b types.NamespacedName) int {
