@@ -507,7 +507,17 @@ type CircuitBreakerStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Message string `json:"message,omitempty"`
+
+	// lastReset is the value of the gpuhealth.dev/reset-circuit-breaker
+	// annotation the operator last honoured; a new value resets the breaker once.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	LastReset string `json:"lastReset,omitempty"`
 }
+
+// ResetCircuitBreakerAnnotation on a RemediationPolicy asks the operator to
+// close its circuit breaker. Any new value is one request.
+const ResetCircuitBreakerAnnotation = "gpuhealth.dev/reset-circuit-breaker"
 
 // RemediationPolicyStatus summarises the nodes the policy manages.
 type RemediationPolicyStatus struct {

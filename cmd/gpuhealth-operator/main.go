@@ -23,6 +23,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/nodehealth"
+	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 )
 
@@ -107,6 +108,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, namespace string, workers int)
 		Clock:                   clk,
 		Recorder:                mgr.GetEventRecorder("gpuhealth-operator"),
 		Drainer:                 drain.New(mgr.GetClient(), clk),
+		Breaker:                 breaker.New(),
 		Namespace:               namespace,
 		MaxConcurrentReconciles: workers,
 	}

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
 )
@@ -41,6 +42,7 @@ import (
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 const (
@@ -79,6 +81,8 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Drainer evicts pods; one per process so rate limits are shared.
 	Drainer *drain.Drainer
+	// Breaker is the quarantine circuit breaker; one per process.
+	Breaker *breaker.Breaker
 	// Namespace is where recertification and remediation Jobs run.
 	Namespace string
 	// MaxConcurrentReconciles is how many nodes reconcile in parallel
@@ -92,8 +96,8 @@ type Reconciler struct {
 
 // SetupWithManager registers the indexes and watches.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if r.Client == nil || r.APIReader == nil || r.Clock == nil || r.Recorder == nil || r.Drainer == nil || r.Namespace == "" {
-		return errors.New("nodehealth.Reconciler needs Client, APIReader, Clock, Recorder, Drainer and Namespace")
+	if r.Client == nil || r.APIReader == nil || r.Clock == nil || r.Recorder == nil || r.Drainer == nil || r.Breaker == nil || r.Namespace == "" {
+		return errors.New("nodehealth.Reconciler needs Client, APIReader, Clock, Recorder, Drainer, Breaker and Namespace")
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &gpuhealthv1alpha1.NodeHealthEvent{}, EventNodeIndex, func(o client.Object) []string {
 		return []string{o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}

@@ -252,6 +252,7 @@ func TestBudgetDrainsOneAtATime(t *testing.T) {
 		s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(1))
 		s.Recertification.Job = jobTemplate()
 		s.Recertification.SoakWindow = dur("0s")
+		s.CircuitBreaker.Enabled = ptr.To(false)
 	})
 	var names []string
 	for _, suffix := range []string{"a", "b", "c"} {
@@ -316,4 +317,79 @@ func TestContactSupportGoesToFailedAfterDrain(t *testing.T) {
 	h.g.Expect(nh.Status.Reason).To(Equal(ReasonNeedsHuman))
 	h.g.Expect(h.jobExists(job.Name(job.Recertification, n.Name, 1))).To(BeFalse())
 	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeTrue())
+}
+
+// TestCircuitBreaker: a storm trips the breaker, which blocks new
+// quarantines but lets a quarantined node recover, and a reset closes it.
+func TestCircuitBreaker(t *testing.T) {
+	h := newHarness(t)
+	p := h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.CircuitBreaker.Threshold = ptr.To(intstrFromInt(2))
+		s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(10))
+		s.Recertification.Job = jobTemplate()
+		s.Recertification.SoakWindow = dur("0s")
+	})
+	var names []string
+	for _, suffix := range []string{"a", "b", "c", "d"} {
+		n := h.node(suffix, nil)
+		names = append(names, n.Name)
+	}
+	for _, n := range names[:3] {
+		h.fault(n, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+		h.reconcile(n)
+	}
+	// Two quarantines fill the window; the third opens the breaker.
+	h.g.Expect(h.phase(names[0])).To(Equal(recertifying))
+	h.g.Expect(h.phase(names[1])).To(Equal(recertifying))
+	nh := h.nodeHealth(names[2])
+	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonCircuitBreakerOpen))
+	h.g.Expect(nh.Status.Message).To(ContainSubstring("2 nodes entered quarantine within 10m0s (limit 2)"))
+	h.g.Expect(h.getNode(names[2]).Spec.Unschedulable).To(BeFalse())
+	got := &gpuhealthv1alpha1.RemediationPolicy{}
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
+	h.g.Expect(got.Status.CircuitBreaker.State).To(Equal(gpuhealthv1alpha1.BreakerOpen))
+
+	// Recoveries are never blocked: a quarantined node returns.
+	h.finishJob(job.Name(job.Recertification, names[0], 1), true)
+	h.reconcile(names[0])
+	h.g.Expect(h.phase(names[0])).To(Equal(healthy))
+
+	// A fourth fault is also held back while the breaker is open.
+	h.fault(names[3], gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(names[3])
+	h.g.Expect(h.phase(names[3])).To(Equal(healthy))
+
+	// A human resets the breaker; the held nodes are quarantined.
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
+	got.Annotations = map[string]string{gpuhealthv1alpha1.ResetCircuitBreakerAnnotation: "after-driver-rollback"}
+	h.g.Expect(k8sClient.Update(h.ctx, got)).To(Succeed())
+	h.reconcile(names[2])
+	h.reconcile(names[3])
+	h.g.Expect(h.phase(names[2])).To(Equal(recertifying))
+	h.g.Expect(h.phase(names[3])).To(Equal(recertifying))
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
+	h.g.Expect(got.Status.CircuitBreaker.State).To(Equal(gpuhealthv1alpha1.BreakerClosed))
+	h.g.Expect(got.Status.CircuitBreaker.LastReset).To(Equal("after-driver-rollback"))
+}
+
+// TestCircuitBreakerCoolsDown: an open breaker closes by itself after its cool-down.
+func TestCircuitBreakerCoolsDown(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.CircuitBreaker.Threshold = ptr.To(intstrFromInt(1))
+		s.CircuitBreaker.CoolDown = dur("30m")
+		s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(10))
+		s.Recertification.Job = jobTemplate()
+	})
+	a, b := h.node("a", nil), h.node("b", nil)
+	h.fault(a.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.fault(b.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(a.Name)
+	res := h.reconcile(b.Name)
+	h.g.Expect(h.nodeHealth(b.Name).Status.Reason).To(Equal(ReasonCircuitBreakerOpen))
+	h.g.Expect(res.RequeueAfter).To(Equal(breakerRecheck))
+	h.clock.Step(30 * time.Minute)
+	h.reconcile(b.Name)
+	h.g.Expect(h.phase(b.Name)).To(Equal(recertifying))
 }

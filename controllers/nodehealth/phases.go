@@ -63,6 +63,13 @@ func (r *Reconciler) reconcileHealthy(ctx context.Context, s *scope) error {
 	}
 	reason := ReasonFault
 	message := describe(counting)
+	allowed, err := r.allowQuarantine(ctx, s)
+	if err != nil {
+		return err
+	}
+	if !allowed {
+		return nil
+	}
 	if s.dryRun() {
 		reason, message = ReasonDryRun, "dry run, would cordon and taint: "+message
 	}

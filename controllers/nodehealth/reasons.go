@@ -45,6 +45,8 @@ const (
 	ReasonHumanUncordon = "HumanUncordon"
 	// ReasonManualRelease: a human released the node without recertification.
 	ReasonManualRelease = "ManualRelease"
+	// ReasonCircuitBreakerOpen: too many nodes entered quarantine; new quarantines wait.
+	ReasonCircuitBreakerOpen = "CircuitBreakerOpen"
 	// ReasonManualRecertify: a human asked for recertification.
 	ReasonManualRecertify = "ManualRecertify"
 )

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 )
 
@@ -101,7 +102,7 @@ func newHarness(t *testing.T) *harness {
 	h.label = strings.TrimRight(h.label, "-")
 	h.r = &Reconciler{
 		Client: k8sClient, APIReader: k8sClient, Clock: clk, Recorder: rec,
-		Drainer: drain.New(k8sClient, clk), Namespace: jobNamespace,
+		Drainer: drain.New(k8sClient, clk), Breaker: breaker.New(), Namespace: jobNamespace,
 	}
 	return h
 }

@@ -1,0 +1,149 @@
+package breaker
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Settings are one policy's breaker settings, resolved to numbers.
+type Settings struct {
+	// Limit is how many quarantines the window may hold; the next one opens
+	// the breaker. At least 1.
+	Limit int
+	// Window is the sliding window quarantines are counted in.
+	Window time.Duration
+	// CoolDown is how long the breaker stays open before it closes by itself.
+	CoolDown time.Duration
+}
+
+// State is a breaker's state at a time, for status and metrics.
+type State struct {
+	// Open is true while new quarantines are refused.
+	Open bool
+	// Since is when the breaker entered its state.
+	Since time.Time
+	// InWindow is how many quarantines the window holds.
+	InWindow int
+	// Message explains the state with its numbers.
+	Message string
+}
+
+// Breaker tracks quarantines per policy. It lives in the leader's memory (one
+// process decides at a time) and is seeded from the NodeHealth histories
+// when the leader starts, so a restart neither forgets a storm nor needs an
+// apiserver list per decision.
+type Breaker struct {
+	mu       sync.Mutex
+	policies map[string]*policyState
+}
+
+type policyState struct {
+	seeded    bool
+	times     []time.Time
+	open      bool
+	since     time.Time
+	lastReset string
+}
+
+// New returns an empty Breaker.
+func New() *Breaker { return &Breaker{policies: map[string]*policyState{}} }
+
+func (b *Breaker) get(policy string) *policyState {
+	p, ok := b.policies[policy]
+	if !ok {
+		p = &policyState{}
+		b.policies[policy] = p
+	}
+	return p
+}
+
+// Seeded says whether the policy's history was loaded.
+func (b *Breaker) Seeded(policy string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.get(policy).seeded
+}
+
+// Seed loads past quarantine times of a policy's nodes and the last reset
+// token it honoured, once.
+func (b *Breaker) Seed(policy string, times []time.Time, lastReset string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.get(policy)
+	if p.seeded {
+		return
+	}
+	p.seeded = true
+	p.times = append(p.times, times...)
+	p.lastReset = lastReset
+}
+
+// Reset closes the breaker on a human's request. A token identifies the
+// request so that the same request is honoured once.
+func (b *Breaker) Reset(policy, token string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.get(policy)
+	if token == "" || token == p.lastReset {
+		return false
+	}
+	p.lastReset = token
+	p.times = nil
+	if p.open {
+		p.open, p.since = false, now
+	}
+	return true
+}
+
+// Allow asks to quarantine one node at now. It records the quarantine and
+// returns true, or refuses because the breaker is open (or opens now).
+func (b *Breaker) Allow(policy string, s Settings, now time.Time) (bool, State) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.get(policy)
+	p.prune(now, s.Window)
+	if p.open && !now.Before(p.since.Add(s.CoolDown)) {
+		// Cool-down over: close, and count afresh from now.
+		p.open, p.since, p.times = false, now, nil
+	}
+	if p.open {
+		return false, p.state(s)
+	}
+	if len(p.times) >= max(s.Limit, 1) {
+		p.open, p.since = true, now
+		return false, p.state(s)
+	}
+	p.times = append(p.times, now)
+	return true, p.state(s)
+}
+
+// Peek returns the state without recording anything.
+func (b *Breaker) Peek(policy string, s Settings, now time.Time) State {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.get(policy)
+	p.prune(now, s.Window)
+	return p.state(s)
+}
+
+func (p *policyState) prune(now time.Time, window time.Duration) {
+	keep := p.times[:0]
+	for _, t := range p.times {
+		if now.Sub(t) < window {
+			keep = append(keep, t)
+		}
+	}
+	p.times = keep
+}
+
+func (p *policyState) state(s Settings) State {
+	st := State{Open: p.open, Since: p.since, InWindow: len(p.times)}
+	if p.open {
+		st.Message = fmt.Sprintf("open: %d nodes entered quarantine within %s (limit %d); new quarantines stop until %s or a reset",
+			len(p.times), s.Window, s.Limit, p.since.Add(s.CoolDown).UTC().Format(time.RFC3339))
+	} else {
+		st.Message = fmt.Sprintf("closed: %d of %d quarantines used in the last %s", len(p.times), s.Limit, s.Window)
+	}
+	return st
+}
