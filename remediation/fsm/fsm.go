@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/looplab/fsm"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,4 +153,19 @@ func Record(status *gpuhealthv1alpha1.NodeHealthStatus, from, to phase, reason, 
 	if n := len(status.History); n > MaxHistory {
 		status.History = append([]gpuhealthv1alpha1.Transition(nil), status.History[n-MaxHistory:]...)
 	}
+}
+
+// Mermaid renders the machine as a Mermaid state diagram, one line per
+// legal (phase, event) pair, in table order. docs/architecture.md embeds it
+// and a test keeps the two equal.
+func Mermaid() string {
+	var b strings.Builder
+	b.WriteString("stateDiagram-v2\n")
+	b.WriteString("    [*] --> Healthy\n")
+	for _, t := range transitions {
+		for _, f := range t.From {
+			fmt.Fprintf(&b, "    %s --> %s: %s\n", f, t.To, t.Event)
+		}
+	}
+	return b.String()
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -115,4 +117,13 @@ func TestRecordKeepsABoundedHistory(t *testing.T) {
 	g.Expect(status.Phase).To(Equal(quarantined))
 	g.Expect(status.Reason).To(Equal("XID79"))
 	g.Expect(status.Since.Time).To(Equal(start.Add(time.Duration(MaxHistory+4) * time.Minute)))
+}
+
+func TestArchitectureDocShowsTheMachine(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	NewWithT(t).Expect(string(doc)).To(ContainSubstring("```mermaid\n"+Mermaid()+"```"),
+		"docs/architecture.md must embed fsm.Mermaid() exactly; paste the new diagram")
 }
