@@ -96,3 +96,7 @@ $(CONTROLLER_GEN): | $(LOCALBIN)
 $(GOLANGCI_LINT): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(LOCALBIN)/golangci-lint $@
+
+.PHONY: bench
+bench: controlplane build-operator ## Cordon-speed benchmark on a local kwok cluster (N=1000 takes a few minutes).
+	go run ./hack/bench -nodes $${NODES:-1000}

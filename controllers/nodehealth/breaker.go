@@ -32,17 +32,11 @@ func (r *Reconciler) allowQuarantine(ctx context.Context, s *scope) (bool, error
 	if cb.Enabled != nil && !*cb.Enabled {
 		return true, nil
 	}
-	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes); err != nil {
-		return false, fmt.Errorf("listing nodes: %w", err)
+	managed, err := r.managedNodes(ctx, s.policy)
+	if err != nil {
+		return false, err
 	}
-	managed := 0
-	for i := range nodes.Items {
-		if selects(s.policy, &nodes.Items[i]) {
-			managed++
-		}
-	}
-	limit, err := budget.Limit(cb.Threshold, managed, intstr.FromString("10%"))
+	limit, err := budget.Limit(cb.Threshold, len(managed), intstr.FromString("10%"))
 	if err != nil {
 		return false, err
 	}
@@ -71,7 +65,7 @@ func (r *Reconciler) allowQuarantine(ctx context.Context, s *scope) (bool, error
 // histories, so a new leader remembers a storm its predecessor saw.
 func (r *Reconciler) seedBreaker(ctx context.Context, s *scope, window time.Duration) error {
 	list := &gpuhealthv1alpha1.NodeHealthList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing nodehealths: %w", err)
 	}
 	var times []time.Time

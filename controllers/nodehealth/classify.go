@@ -15,7 +15,10 @@ const DefaultRule = "default"
 
 // judgement is how one finding is judged under a policy at a time.
 type judgement struct {
+	// event is the finding; the reconcile records its judgement in event.Status.
 	event *gpuhealthv1alpha1.NodeHealthEvent
+	// orig is the finding as read, so flushEvents patches only what changed.
+	orig *gpuhealthv1alpha1.NodeHealthEvent
 	// verdict, action and rule are what the policy (or the built-in table) says.
 	verdict gpuhealthv1alpha1.Verdict
 	action  gpuhealthv1alpha1.Action

@@ -255,7 +255,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}
 	s := &scope{node: node, nh: nh, policy: policy, now: metav1.NewTime(r.Clock.Now())}
 	before := nh.DeepCopy()
+	// Registered first so it runs last, after the status write below: with
+	// an error the workqueue's backoff decides when to retry, not RequeueAfter.
 	defer func() {
+		if reterr != nil {
+			result = ctrl.Result{}
+		}
+	}()
+	defer func() {
+		reterr = errors.Join(reterr, r.flushEvents(ctx, s))
 		if equality.Semantic.DeepEqual(before.Status, s.nh.Status) {
 			return
 		}
@@ -396,21 +404,25 @@ func (r *Reconciler) ensureNodeHealth(ctx context.Context, node *corev1.Node) (*
 	}
 	if err := r.Client.Create(ctx, nh); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil, r.Client.Get(ctx, client.ObjectKeyFromObject(node), nh)
+			// Our cache was behind: it exists, read it.
+			if err := r.Client.Get(ctx, client.ObjectKeyFromObject(node), nh); err != nil {
+				return nil, fmt.Errorf("getting nodehealth %s: %w", node.Name, err)
+			}
+			return nh, nil
 		}
 		return nil, fmt.Errorf("creating nodehealth %s: %w", node.Name, err)
 	}
 	return nh, nil
 }
 
-// judgeEvents judges the node's findings and records each judgement in the
-// finding's status when it changed.
+// judgeEvents judges the node's findings. The judgement goes into each
+// finding's status in memory; flushEvents writes it, together with anything
+// else this reconcile records on the finding, in one patch per finding.
 func (r *Reconciler) judgeEvents(ctx context.Context, s *scope) error {
 	list := &gpuhealthv1alpha1.NodeHealthEventList{}
 	if err := r.Client.List(ctx, list, client.MatchingFields{EventNodeIndex: s.node.Name}); err != nil {
 		return fmt.Errorf("listing events of node %s: %w", s.node.Name, err)
 	}
-	var errs []error
 	s.judged = s.judged[:0]
 	for i := range list.Items {
 		ev := &list.Items[i]
@@ -418,14 +430,8 @@ func (r *Reconciler) judgeEvents(ctx context.Context, s *scope) error {
 		if !j.recheckAt.IsZero() {
 			s.wait(j.recheckAt.Sub(s.now.Time))
 		}
-		want := j.classification(s.policy.Name)
-		if ev.Status.Phase != j.phase || !equality.Semantic.DeepEqual(ev.Status.Classification, want) {
-			patch := client.MergeFrom(ev.DeepCopy())
-			ev.Status.Phase, ev.Status.Classification = j.phase, want
-			if err := r.Client.Status().Patch(ctx, ev, patch); err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("recording judgement of event %s: %w", ev.Name, err))
-			}
-		}
+		j.orig = ev.DeepCopy()
+		ev.Status.Phase, ev.Status.Classification = j.phase, j.classification(s.policy.Name)
 		s.judged = append(s.judged, j)
 	}
 	sort.SliceStable(s.judged, func(a, b int) bool {
@@ -447,6 +453,21 @@ func (r *Reconciler) judgeEvents(ctx context.Context, s *scope) error {
 			Name: j.event.Name, Check: j.event.Spec.Check, Code: j.event.Spec.Code, Severity: j.event.Spec.Severity,
 			Verdict: j.verdict, RecommendedAction: j.action,
 		})
+	}
+	return nil
+}
+
+// flushEvents writes what this reconcile recorded on the node's findings:
+// one status patch per finding that changed, none for the rest.
+func (r *Reconciler) flushEvents(ctx context.Context, s *scope) error {
+	var errs []error
+	for _, j := range s.judged {
+		if j.orig == nil || equality.Semantic.DeepEqual(j.orig.Status, j.event.Status) {
+			continue
+		}
+		if err := r.Client.Status().Patch(ctx, j.event, client.MergeFrom(j.orig)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("recording judgement of event %s: %w", j.event.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -110,6 +110,14 @@ func TestOperatorRestartMidDrainResumes(t *testing.T) {
 	recert := job.Name(job.Recertification, n.Name, 1)
 	g.Eventually(func() bool {
 		h.playKubelet(n.Name)
+		nh := h.nodeHealth(n.Name)
+		if nh.Status.Drain != nil && len(nh.Status.Drain.Blocked) > 0 {
+			cur := &policyv1.PodDisruptionBudget{}
+			_ = k8sClient.Get(h.ctx, client.ObjectKeyFromObject(pdb), cur)
+			p := &corev1.Pod{}
+			_ = k8sClient.Get(h.ctx, client.ObjectKeyFromObject(pod), p)
+			t.Logf("phase %s blocked %s; pdb gen %d status %+v; pod phase %s deletion %v", nh.Status.Phase, nh.Status.Drain.Blocked[0].Message, cur.Generation, cur.Status, p.Status.Phase, p.DeletionTimestamp)
+		}
 		return h.jobExists(recert)
 	}, 30*time.Second, 100*time.Millisecond).Should(BeTrue(), "the new operator finishes the drain and starts recertification")
 	h.finishJob(recert, true)

@@ -2,18 +2,14 @@ package nodehealth
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
@@ -76,7 +72,7 @@ func (r *Reconciler) reconcileHealthy(ctx context.Context, s *scope) error {
 	if err := r.transition(ctx, s, fsm.Quarantine, reason, message, ""); err != nil {
 		return err
 	}
-	r.markObserved(ctx, s, counting)
+	markObserved(s, counting)
 	return nil
 }
 
@@ -132,25 +128,22 @@ func (r *Reconciler) reconcileQuarantined(ctx context.Context, s *scope, before 
 	return r.startDrain(ctx, s, before)
 }
 
-// startDrain moves the node to Draining when every budget has room. The
-// count and the status write happen under one lock, with the count read from
-// the apiserver, so two nodes never take the last slot together.
+// startDrain moves the node to Draining when every budget has room. A
+// first count from the cache turns most waiting nodes away cheaply (a cache
+// that lags only over-counts nodes that have just returned, so a "no room"
+// from it is safe). When the cache sees room, the count is repeated from the
+// apiserver and the status written inside one lock, so two nodes never take
+// the last slot together.
 func (r *Reconciler) startDrain(ctx context.Context, s *scope, before **gpuhealthv1alpha1.NodeHealth) error {
-	r.budgetMu.Lock()
-	defer r.budgetMu.Unlock()
-	d, err := r.globalBudget(ctx, s)
-	if err != nil {
-		setStatusReason(s, ReasonWaitingForBudget, err.Error())
-		s.wait(budgetRecheck)
+	if d, err := r.globalBudget(ctx, s, r.Client); err != nil || d.Allowed() == 0 {
+		r.waitForBudget(s, d, err)
 		return nil
 	}
-	if d.Allowed() == 0 {
-		msg := "waiting for budget: " + d.Message()
-		if s.nh.Status.Reason != ReasonWaitingForBudget {
-			r.Recorder.Eventf(s.node, s.nh, corev1.EventTypeNormal, ReasonWaitingForBudget, "Drain", msg)
-		}
-		setStatusReason(s, ReasonWaitingForBudget, msg)
-		s.wait(budgetRecheck)
+	r.budgetMu.Lock()
+	defer r.budgetMu.Unlock()
+	d, err := r.globalBudget(ctx, s, r.APIReader)
+	if err != nil || d.Allowed() == 0 {
+		r.waitForBudget(s, d, err)
 		return nil
 	}
 	if err := r.transition(ctx, s, fsm.Drain, ReasonDraining, "budget allows: "+d.Message(), ""); err != nil {
@@ -165,21 +158,26 @@ func (r *Reconciler) startDrain(ctx context.Context, s *scope, before **gpuhealt
 	return nil
 }
 
-// globalBudget counts the policy's managed nodes that are draining or
-// recertifying against maxUnavailable.
-func (r *Reconciler) globalBudget(ctx context.Context, s *scope) (budget.Decision, error) {
-	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes); err != nil {
-		return budget.Decision{}, fmt.Errorf("listing nodes: %w", err)
+// waitForBudget records that the node waits for a budget (the status
+// reason and message carry the numbers) and looks again later.
+func (r *Reconciler) waitForBudget(s *scope, d budget.Decision, err error) {
+	msg := "waiting for budget: " + d.Message()
+	if err != nil {
+		msg = "waiting for budget: " + err.Error()
 	}
-	managed := map[string]bool{}
-	for i := range nodes.Items {
-		if selects(s.policy, &nodes.Items[i]) {
-			managed[nodes.Items[i].Name] = true
-		}
+	setStatusReason(s, ReasonWaitingForBudget, msg)
+	s.wait(budgetRecheck)
+}
+
+// globalBudget counts, through reader, the policy's managed nodes that are
+// draining or recertifying against maxUnavailable.
+func (r *Reconciler) globalBudget(ctx context.Context, s *scope, reader client.Reader) (budget.Decision, error) {
+	managed, err := r.managedNodes(ctx, s.policy)
+	if err != nil {
+		return budget.Decision{}, err
 	}
 	list := &gpuhealthv1alpha1.NodeHealthList{}
-	if err := r.APIReader.List(ctx, list); err != nil {
+	if err := reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return budget.Decision{}, fmt.Errorf("listing nodehealths: %w", err)
 	}
 	consuming := 0
@@ -195,6 +193,22 @@ func (r *Reconciler) globalBudget(ctx context.Context, s *scope) (budget.Decisio
 	limit, err := budget.Limit(s.policy.Spec.Budgets.MaxUnavailable, len(managed), intstr.FromString("10%"))
 	d := budget.Decision{Name: "maxUnavailable", Limit: limit, Consuming: consuming, Total: len(managed)}
 	return d, err
+}
+
+// managedNodes returns the names of the nodes the policy selects, read
+// from the cache without copies (read-only).
+func (r *Reconciler) managedNodes(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (map[string]bool, error) {
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	managed := make(map[string]bool, len(nodes.Items))
+	for i := range nodes.Items {
+		if selects(p, &nodes.Items[i]) {
+			managed[nodes.Items[i].Name] = true
+		}
+	}
+	return managed, nil
 }
 
 // reconcileDraining evicts the node's pods and moves on when none is left.
@@ -385,9 +399,7 @@ func (r *Reconciler) failAttempt(ctx context.Context, s *scope, why string) erro
 // led here (so they do not quarantine it again), lifts what gpuhealth put on
 // the node and fires the event.
 func (r *Reconciler) closeFindings(ctx context.Context, s *scope, e fsm.Event, reason, message, by string) error {
-	if err := r.supersede(ctx, s); err != nil {
-		return err
-	}
+	r.supersede(s)
 	if err := r.transition(ctx, s, e, reason, message, by); err != nil {
 		return err
 	}
@@ -403,22 +415,15 @@ func (r *Reconciler) closeFindings(ctx context.Context, s *scope, e fsm.Event, r
 	return r.ensureReleased(ctx, s)
 }
 
-// supersede closes the node's active findings seen up to now.
-func (r *Reconciler) supersede(ctx context.Context, s *scope) error {
-	var errs []error
+// supersede closes the node's active findings seen up to now (written by flushEvents).
+func (r *Reconciler) supersede(s *scope) {
 	for _, j := range s.judged {
 		if j.phase != gpuhealthv1alpha1.EventActive {
 			continue
 		}
-		ev := j.event
-		patch := client.MergeFrom(ev.DeepCopy())
-		ev.Status.SupersededAt = &s.now
-		ev.Status.Phase = gpuhealthv1alpha1.EventSuperseded
-		if err := r.Client.Status().Patch(ctx, ev, patch); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("superseding event %s: %w", ev.Name, err))
-		}
+		j.event.Status.SupersededAt = &s.now
+		j.event.Status.Phase = gpuhealthv1alpha1.EventSuperseded
 	}
-	return errors.Join(errs...)
 }
 
 // cancel honours a human who uncordoned a quarantined or draining node: the
@@ -428,19 +433,10 @@ func (r *Reconciler) cancel(ctx context.Context, s *scope) error {
 		"a human uncordoned the node; the workflow for its current findings is cancelled", "")
 }
 
-// markObserved records on each finding the transition it caused.
-func (r *Reconciler) markObserved(ctx context.Context, s *scope, js []judgement) {
+// markObserved records on each finding the transition it caused (written by flushEvents).
+func markObserved(s *scope, js []judgement) {
 	last := s.nh.Status.History[len(s.nh.Status.History)-1]
 	for _, j := range js {
-		ev := j.event
-		if ev.Status.ObservedBy != nil && !ev.Status.ObservedBy.Time.Before(&last.Time) {
-			continue
-		}
-		patch := client.MergeFrom(ev.DeepCopy())
-		ev.Status.ObservedBy = &gpuhealthv1alpha1.TransitionRef{From: last.From, To: last.To, Time: last.Time}
-		if err := r.Client.Status().Patch(ctx, ev, patch); err != nil && !apierrors.IsNotFound(err) {
-			// The transition stands without this back-reference; say so and go on.
-			log.FromContext(ctx).Error(err, "Recording the transition on an event", "NodeHealthEvent", klog.KObj(ev))
-		}
+		j.event.Status.ObservedBy = &gpuhealthv1alpha1.TransitionRef{From: last.From, To: last.To, Time: last.Time}
 	}
 }

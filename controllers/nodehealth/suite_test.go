@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +48,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run 'make test', or export KUBEBUILDER_ASSETS=$(hack/controlplane.sh | tail -1)")
 		return 1
 	}
+	ctrl.SetLogger(logr.Discard())
 	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
 		panic(err)
 	}

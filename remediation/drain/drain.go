@@ -38,6 +38,9 @@ const (
 	// behind them. It leaves the rest of passTimeout for the requests themselves.
 	admitTimeout = time.Second
 
+	// requestTimeout bounds one eviction or delete request once it is sent.
+	requestTimeout = 30 * time.Second
+
 	// defaultEvictionsPerSecond, defaultMaxConcurrentEvictions and
 	// defaultTimeout are the schema defaults of DrainSpec, applied here too for
 	// a spec that was never defaulted (a zero value in a test or a caller).
@@ -250,8 +253,14 @@ func (d *Drainer) do(ctx, admitCtx context.Context, t task) outcome {
 		return outcome{kind: outcomeDeferred, pod: t.pod}
 	}
 	defer d.inFlight.release()
+	// Once sent, a request runs to its end even past the pass deadline: an
+	// eviction the client abandons can have decremented the PDB on the
+	// apiserver without deleting the pod, and the PDB then refuses every
+	// eviction until the disruption controller expires the entry (minutes).
+	reqCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+	defer cancel()
 	if t.delete {
-		return d.deletePod(ctx, t.pod)
+		return d.deletePod(reqCtx, t.pod)
 	}
-	return d.evictPod(ctx, t.pod)
+	return d.evictPod(reqCtx, t.pod)
 }

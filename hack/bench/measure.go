@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+// rawCordon cordons every node with unthrottled client-go merge patches and
+// returns the time from the first patch until every patch has returned and
+// the node watch has seen every node cordoned (the same end point as the
+// operator's measurement).
+func (h *harness) rawCordon(ctx context.Context, nodes []string) (time.Duration, error) {
+	if err := h.nodes.arm(nodes); err != nil {
+		return 0, err
+	}
+	patch := []byte(`{"spec":{"unschedulable":true}}`)
+	start := time.Now()
+	err := parallel(ctx, len(nodes), h.o.workers, func(ctx context.Context, i int) error {
+		_, err := h.cs.CoreV1().Nodes().Patch(ctx, nodes[i], types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("raw cordon: %w", err)
+	}
+	returned := time.Since(start)
+	if err := h.waitCordoned(ctx, len(nodes)); err != nil {
+		return 0, err
+	}
+	_, last := h.nodes.cordoned()
+	return max(returned, last.Sub(start)), nil
+}
+
+// uncordon undoes rawCordon and waits until the node lifecycle controller
+// has also removed its node.kubernetes.io/unschedulable taint, so that the
+// operator starts from untouched nodes.
+func (h *harness) uncordon(ctx context.Context, nodes []string) error {
+	patch := []byte(`{"spec":{"unschedulable":null}}`)
+	err := parallel(ctx, len(nodes), h.o.workers, func(ctx context.Context, i int) error {
+		_, err := h.cs.CoreV1().Nodes().Patch(ctx, nodes[i], types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("uncordon: %w", err)
+	}
+	return h.wait(ctx, "nodes uncordoned", h.nodes.changed, func() (bool, string) {
+		cordoned, tainted := 0, 0
+		for _, n := range nodes {
+			st := h.nodes.get(n)
+			if st.unschedulable {
+				cordoned++
+			}
+			if st.unschedulableTaint {
+				tainted++
+			}
+		}
+		return cordoned == 0 && tainted == 0, fmt.Sprintf("%d still cordoned, %d still with the unschedulable taint", cordoned, tainted)
+	})
+}
+
+// waitCordoned waits until the node watch has seen n armed nodes cordoned.
+func (h *harness) waitCordoned(ctx context.Context, n int) error {
+	return h.wait(ctx, fmt.Sprintf("%d nodes cordoned", n), h.nodes.changed, func() (bool, string) {
+		seen, _ := h.nodes.cordoned()
+		return seen == n, fmt.Sprintf("%d/%d seen cordoned", seen, n)
+	})
+}
+
+// finding is the NodeHealthEvent the benchmark reports for a node: XID 79
+// (GPU fallen off the bus), Fatal, which the built-in table quarantines.
+func finding(node string) *gpuhealthv1alpha1.NodeHealthEvent {
+	const gpu, code = "GPU-1", "79"
+	return &gpuhealthv1alpha1.NodeHealthEvent{
+		ObjectMeta: metav1.ObjectMeta{Name: gpuhealthv1alpha1.EventName(node, gpuhealthv1alpha1.SourceNVML, gpuhealthv1alpha1.CheckXID, gpu, code)},
+		Spec: gpuhealthv1alpha1.NodeHealthEventSpec{
+			NodeName:          node,
+			Source:            gpuhealthv1alpha1.SourceNVML,
+			Check:             gpuhealthv1alpha1.CheckXID,
+			Component:         gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: gpu},
+			Code:              code,
+			Severity:          gpuhealthv1alpha1.SeverityFatal,
+			RecommendedAction: gpuhealthv1alpha1.ActionRebootNode,
+			Message:           "bench: Xid 79, GPU has fallen off the bus",
+		},
+	}
+}
+
+// burst creates one event per node at once, times it to every node seen
+// cordoned, and counts the API writes it took to get every NodeHealth
+// Quarantined.
+func (h *harness) burst(ctx context.Context, op *operator, nodes []string, res *results) error {
+	apiBefore, readsBefore, err := h.apiserverRequests(ctx)
+	if err != nil {
+		return err
+	}
+	opBefore, err := operatorWrites(ctx, op)
+	if err != nil {
+		return err
+	}
+	if err := h.nodes.arm(nodes); err != nil {
+		return err
+	}
+	var creates atomic.Int64
+	start := time.Now()
+	err = parallel(ctx, len(nodes), h.o.workers, func(ctx context.Context, i int) error {
+		creates.Add(1)
+		if err := h.crc.Create(ctx, finding(nodes[i])); err != nil {
+			return fmt.Errorf("creating the event of %s: %w", nodes[i], err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("burst: %w", err)
+	}
+	res.CreatesDone = time.Since(start)
+	if err := h.waitCordoned(ctx, len(nodes)); err != nil {
+		return err
+	}
+	_, last := h.nodes.cordoned()
+	res.Operator = last.Sub(start)
+	if err := h.waitPhase(ctx, nodes, phaseQuarantined); err != nil {
+		return err
+	}
+	res.Quarantined = time.Since(start)
+	apiAfter, readsAfter, err := h.apiserverRequests(ctx)
+	if err != nil {
+		return err
+	}
+	opAfter, err := operatorWrites(ctx, op)
+	if err != nil {
+		return err
+	}
+	res.Writes = apiAfter.minus(apiBefore)
+	res.HarnessCreates = creates.Load()
+	res.Writes.subtract(resKey{group: gpuhealthv1alpha1.GroupVersion.Group, resource: "nodehealthevents"}, "POST", float64(res.HarnessCreates))
+	res.Reads = readsAfter.minus(readsBefore)
+	res.OperatorWrites = opAfter.minus(opBefore)
+	return nil
+}
+
+// latency creates one event at a time, each for a fresh node at steady
+// state, and returns each creation-to-cordon time. Between samples it waits
+// for the node's NodeHealth to reach Quarantined, so that every sample
+// starts with an idle operator.
+func (h *harness) latency(ctx context.Context, fresh []string) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, len(fresh))
+	for i, node := range fresh {
+		if err := h.nodes.arm([]string{node}); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := h.crc.Create(ctx, finding(node)); err != nil {
+			return nil, fmt.Errorf("latency: creating the event of %s: %w", node, err)
+		}
+		if err := h.waitCordoned(ctx, 1); err != nil {
+			return nil, err
+		}
+		_, last := h.nodes.cordoned()
+		out = append(out, last.Sub(start))
+		if err := h.waitPhase(ctx, []string{node}, phaseQuarantined); err != nil {
+			return nil, err
+		}
+		if (i+1)%25 == 0 {
+			logf("  latency: %d/%d samples", i+1, len(fresh))
+		}
+	}
+	return out, nil
+}
+
+// apiserverRequests reads the write and read counters of the apiserver's /metrics.
+func (h *harness) apiserverRequests(ctx context.Context) (writes, reads reqCounts, err error) {
+	b, err := h.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the apiserver's /metrics: %w", err)
+	}
+	if writes, err = apiserverCounts(b, writeVerbs); err != nil {
+		return nil, nil, err
+	}
+	reads, err = apiserverCounts(b, readVerbs)
+	return writes, reads, err
+}
+
+// operatorWrites reads the write counters of the operator's own client.
+func operatorWrites(ctx context.Context, op *operator) (reqCounts, error) {
+	b, err := op.metrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return clientWriteCounts(b)
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// writeVerbs are the apiserver_request_total verbs (and client-go methods)
+// that change something; readVerbs are those that read without watching.
+var (
+	writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
+	readVerbs  = map[string]bool{"GET": true, "LIST": true}
+)
+
+// resKey is an API resource as apiserver_request_total labels it.
+type resKey struct{ group, resource, subresource string }
+
+// String is the resource as "resource.group/subresource".
+func (k resKey) String() string {
+	s := k.resource
+	if k.group != "" {
+		s += "." + k.group
+	}
+	if k.subresource != "" {
+		s += "/" + k.subresource
+	}
+	return s
+}
+
+// reqCount is the requests to one resource, by verb, and how many failed.
+type reqCount struct {
+	verbs  map[string]float64
+	failed float64
+}
+
+func (c *reqCount) total() float64 {
+	t := 0.0
+	for _, v := range c.verbs {
+		t += v
+	}
+	return t
+}
+
+// reqCounts are request counters by resource.
+type reqCounts map[resKey]*reqCount
+
+func (w reqCounts) add(k resKey, verb string, v float64, failed bool) {
+	c := w[k]
+	if c == nil {
+		c = &reqCount{verbs: map[string]float64{}}
+		w[k] = c
+	}
+	c.verbs[verb] += v
+	if failed {
+		c.failed += v
+	}
+}
+
+// minus returns the counters of w less those of before, without zeros.
+func (w reqCounts) minus(before reqCounts) reqCounts {
+	out := reqCounts{}
+	for k, c := range w {
+		b := before[k]
+		for verb, v := range c.verbs {
+			if b != nil {
+				v -= b.verbs[verb]
+			}
+			if v != 0 {
+				out.add(k, verb, v, false)
+			}
+		}
+		if f := c.failed - failedOf(b); f != 0 && out[k] != nil {
+			out[k].failed = f
+		}
+	}
+	return out
+}
+
+func failedOf(c *reqCount) float64 {
+	if c == nil {
+		return 0
+	}
+	return c.failed
+}
+
+// subtract removes n writes of verb from k (the harness's own requests).
+func (w reqCounts) subtract(k resKey, verb string, n float64) {
+	if c := w[k]; c != nil {
+		c.verbs[verb] -= n
+		if c.verbs[verb] == 0 {
+			delete(c.verbs, verb)
+		}
+		if len(c.verbs) == 0 {
+			delete(w, k)
+		}
+	}
+}
+
+// apiserverCounts sums apiserver_request_total over verbs, by resource
+// (requests for no resource, such as discovery, are left out).
+func apiserverCounts(text []byte, verbs map[string]bool) (reqCounts, error) {
+	samples, err := parseSamples(text, "apiserver_request_total")
+	if err != nil {
+		return nil, err
+	}
+	if len(samples) == 0 {
+		return nil, fmt.Errorf("no apiserver_request_total in the apiserver's /metrics")
+	}
+	w := reqCounts{}
+	for _, s := range samples {
+		verb := s.labels["verb"]
+		if !verbs[verb] || s.labels["resource"] == "" {
+			continue
+		}
+		k := resKey{group: s.labels["group"], resource: s.labels["resource"], subresource: s.labels["subresource"]}
+		w.add(k, verb, s.value, !strings.HasPrefix(s.labels["code"], "2"))
+	}
+	return w, nil
+}
+
+// operatorKey holds the operator's own client writes, which client-go counts
+// by HTTP method only.
+var operatorKey = resKey{resource: "operator client"}
+
+// clientWriteCounts sums client-go's rest_client_requests_total over write methods.
+func clientWriteCounts(text []byte) (reqCounts, error) {
+	samples, err := parseSamples(text, "rest_client_requests_total")
+	if err != nil {
+		return nil, err
+	}
+	w := reqCounts{}
+	for _, s := range samples {
+		method := s.labels["method"]
+		if !writeVerbs[method] {
+			continue
+		}
+		w.add(operatorKey, method, s.value, !strings.HasPrefix(s.labels["code"], "2"))
+	}
+	return w, nil
+}
+
+// sample is one line of the Prometheus text format.
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+// parseSamples returns the samples of one metric from Prometheus text.
+func parseSamples(text []byte, name string) ([]sample, error) {
+	var out []sample
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		s := sample{labels: map[string]string{}}
+		switch {
+		case strings.HasPrefix(rest, "{"):
+			var err error
+			if rest, err = parseLabels(rest[1:], s.labels); err != nil {
+				return nil, fmt.Errorf("parsing %q: %w", line, err)
+			}
+		case strings.HasPrefix(rest, " "):
+		default:
+			continue // another metric whose name starts with name
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("parsing %q: no value", line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("parsing %q: %w", line, err)
+		}
+		s.value = v
+		out = append(out, s)
+	}
+	return out, sc.Err()
+}
+
+// parseLabels parses `a="x",b="y"}` into labels and returns what follows '}'.
+func parseLabels(s string, labels map[string]string) (string, error) {
+	for {
+		s = strings.TrimLeft(s, " ,")
+		if strings.HasPrefix(s, "}") {
+			return s[1:], nil
+		}
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 || len(s) < eq+2 || s[eq+1] != '"' {
+			return "", fmt.Errorf("malformed labels")
+		}
+		key := strings.TrimSpace(s[:eq])
+		s = s[eq+2:]
+		var val strings.Builder
+		closed := false
+		for i := 0; i < len(s); i++ {
+			switch c := s[i]; {
+			case c == '\\' && i+1 < len(s):
+				i++
+				switch s[i] {
+				case 'n':
+					val.WriteByte('\n')
+				default:
+					val.WriteByte(s[i])
+				}
+			case c == '"':
+				s, closed = s[i+1:], true
+			default:
+				val.WriteByte(c)
+			}
+			if closed {
+				break
+			}
+		}
+		if !closed {
+			return "", fmt.Errorf("unterminated label value")
+		}
+		labels[key] = val.String()
+	}
+}

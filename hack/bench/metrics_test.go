@@ -1,0 +1,75 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+const apiserverText = `# HELP apiserver_request_total [STABLE] Counter of apiserver requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="gpuhealth.dev",resource="nodehealthevents",scope="cluster",subresource="",verb="POST",version="v1alpha1"} 100
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="nodes",scope="resource",subresource="",verb="PATCH",version="v1"} 7
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="nodes",scope="resource",subresource="",verb="PATCH",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="nodes",scope="resource",subresource="status",verb="PATCH",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="nodes",scope="cluster",subresource="",verb="LIST",version="v1"} 4
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="",scope="",subresource="",verb="GET",version=""} 9
+apiserver_request_total_other{verb="PATCH"} 5
+apiserver_request_duration_seconds_count{verb="PATCH"} 5
+`
+
+func TestAPIServerCounts(t *testing.T) {
+	w, err := apiserverCounts([]byte(apiserverText), writeVerbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := w[resKey{resource: "nodes"}]
+	if nodes == nil || nodes.verbs["PATCH"] != 9 || nodes.failed != 2 {
+		t.Fatalf("nodes = %+v, want PATCH 9 with 2 failed", nodes)
+	}
+	if got := w[resKey{resource: "nodes", subresource: "status"}].total(); got != 3 {
+		t.Errorf("nodes/status = %v, want 3", got)
+	}
+	before := reqCounts{}
+	before.add(resKey{resource: "nodes"}, "PATCH", 3, false)
+	before.add(resKey{resource: "nodes"}, "PATCH", 1, true)
+	d := w.minus(before)
+	d.subtract(resKey{group: "gpuhealth.dev", resource: "nodehealthevents"}, "POST", 100)
+	if len(d) != 2 || d[resKey{resource: "nodes"}].total() != 5 || d[resKey{resource: "nodes"}].failed != 1 {
+		t.Errorf("delta = %v, want nodes 5 (1 failed) and nodes/status 3", d)
+	}
+	r, err := apiserverCounts([]byte(apiserverText), readVerbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r) != 1 || r[resKey{resource: "nodes"}].verbs["LIST"] != 4 {
+		t.Errorf("reads = %v, want only nodes LIST 4 (discovery left out)", r)
+	}
+}
+
+func TestParseLabelsEscapes(t *testing.T) {
+	s, err := parseSamples([]byte(`m{a="x\"y",b="1\\2",c="p\nq"} 2.5 1700000000`+"\nm 3\n"), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s) != 2 || s[0].labels["a"] != `x"y` || s[0].labels["b"] != `1\2` || s[0].labels["c"] != "p\nq" || s[0].value != 2.5 || s[1].value != 3 {
+		t.Errorf("parsed %+v", s)
+	}
+	if _, err := parseSamples([]byte(`m{a="x} 1`), "m"); err == nil {
+		t.Error("want an error for an unterminated label value")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var s []time.Duration
+	for i := 1; i <= 100; i++ {
+		s = append(s, time.Duration(i)*time.Millisecond)
+	}
+	for p, want := range map[float64]time.Duration{0.5: 50 * time.Millisecond, 0.9: 90 * time.Millisecond, 0.99: 99 * time.Millisecond, 1: 100 * time.Millisecond} {
+		if got := percentile(s, p); got != want {
+			t.Errorf("p%v = %v, want %v", p*100, got, want)
+		}
+	}
+	if got := percentile(s[:1], 0.99); got != time.Millisecond {
+		t.Errorf("p99 of one sample = %v", got)
+	}
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// operator is the gpuhealth-operator child process.
+type operator struct {
+	cmd        *exec.Cmd
+	dir        string // holds the token kubeconfig; removed on stop
+	logPath    string // kept after the run
+	logFile    *os.File
+	metricsURL string
+	probeURL   string
+	exited     chan struct{}
+	stopping   atomic.Bool
+	stopOnce   sync.Once
+}
+
+// startOperator starts the operator as the gpuhealth-operator service
+// account. Should it exit before stop, cancel ends the run with the reason.
+func startOperator(ctx context.Context, cancel context.CancelCauseFunc, h *harness, bin string, workers int) (*operator, error) {
+	dir, err := os.MkdirTemp("", "gpuhealth-bench-")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "operator.kubeconfig")
+	if err := h.tokenKubeconfig(ctx, kubeconfig); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	logFile, err := os.CreateTemp("", "gpuhealth-bench-operator-*.log")
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	probeAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin,
+		"--kubeconfig", kubeconfig,
+		"--namespace", operatorNamespace,
+		"--leader-elect=false",
+		"--metrics-bind-address", metricsAddr,
+		"--health-probe-bind-address", probeAddr,
+		"--workers", fmt.Sprint(workers))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "KUBECONFIG=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	setProcAttrs(cmd)
+	op := &operator{
+		cmd:        cmd,
+		dir:        dir,
+		logPath:    logFile.Name(),
+		logFile:    logFile,
+		metricsURL: "http://" + metricsAddr + "/metrics",
+		probeURL:   "http://" + probeAddr + "/readyz",
+		exited:     make(chan struct{}),
+	}
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	go func() {
+		err := cmd.Wait()
+		close(op.exited)
+		if !op.stopping.Load() {
+			why := "exit status 0"
+			if err != nil {
+				why = err.Error()
+			}
+			cancel(fmt.Errorf("the operator exited unexpectedly (%s); its log %s ends:\n%s", why, op.logPath, op.logTail(3000)))
+		}
+	}()
+	return op, nil
+}
+
+// stop ends the operator: SIGTERM, then SIGKILL after 10 seconds. Calls
+// after the first do nothing.
+func (op *operator) stop() { op.stopOnce.Do(op.doStop) }
+
+func (op *operator) doStop() {
+	op.stopping.Store(true)
+	select {
+	case <-op.exited:
+	default:
+		_ = op.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-op.exited:
+		case <-time.After(10 * time.Second):
+			logf("WARNING: the operator ignored SIGTERM for 10s; killing it")
+			_ = op.cmd.Process.Kill()
+			<-op.exited
+		}
+	}
+	_ = op.logFile.Close()
+	_ = os.RemoveAll(op.dir)
+}
+
+// waitReady waits until the operator's /readyz answers 200.
+func (op *operator) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	var last string
+	for {
+		resp, err := hc.Get(op.probeURL)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the operator is not ready after %s (%s); see %s", timeout, last, op.logPath)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// metrics returns the operator's Prometheus metrics text.
+func (op *operator) metrics(ctx context.Context) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, op.metricsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reading the operator's metrics: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("reading the operator's metrics: %s", resp.Status)
+	}
+	return io.ReadAll(resp.Body)
+}
+
+// logTail returns about the last n bytes of the operator's log.
+func (op *operator) logTail(n int) string {
+	b, err := os.ReadFile(op.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	return tail(b, n)
+}
+
+// logErrors counts the error lines in the operator's log: those of the run,
+// with the first of them, and the "context canceled" ones of reconciles that
+// its shutdown interrupted.
+func (op *operator) logErrors() (run int, first string, shutdown int) {
+	f, err := os.Open(op.logPath)
+	if err != nil {
+		return 0, "", 0
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, `"level":"error"`) && !strings.Contains(line, "\tERROR\t") {
+			continue
+		}
+		if strings.Contains(line, "context canceled") {
+			shutdown++
+			continue
+		}
+		if run == 0 {
+			first = line
+		}
+		run++
+	}
+	return run, first, shutdown
+}
+
+// freeAddr returns a localhost address with a port that was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// results is everything one run measured.
+type results struct {
+	Command         string
+	Date            time.Time
+	N, K            int
+	HarnessWorkers  int
+	OperatorWorkers int
+	NProc           int
+	CPU             string
+	Kubernetes      string
+	Kwok            string
+
+	// Raw is the client-go loop's time to cordon all N nodes.
+	Raw time.Duration
+	// Operator is the first event create to the last node seen cordoned.
+	Operator time.Duration
+	// CreatesDone is when the harness's N creates had all returned.
+	CreatesDone time.Duration
+	// Quarantined is when every NodeHealth was Quarantined.
+	Quarantined time.Duration
+
+	// Writes are the apiserver's write counters over the burst, less the
+	// harness's own HarnessCreates event creates.
+	Writes         reqCounts
+	HarnessCreates int64
+	// Reads are the apiserver's GET and LIST counters over the burst (the
+	// harness makes none then): reads not served from an informer cache.
+	Reads reqCounts
+	// OperatorWrites are the operator's own client writes over the burst.
+	OperatorWrites reqCounts
+
+	// Latency are the single-event samples.
+	Latency []time.Duration
+
+	// OperatorLog is the operator's log file; OperatorErrors counts its
+	// error lines (the first is OperatorErrorSample), less the
+	// OperatorShutdownErrors of reconciles its shutdown cut short.
+	OperatorLog            string
+	OperatorErrors         int
+	OperatorErrorSample    string
+	OperatorShutdownErrors int
+}
+
+// fillEnvironment records the machine and cluster the run used.
+func (r *results) fillEnvironment(ctx context.Context, h *harness) {
+	r.NProc = runtime.NumCPU()
+	if out, err := exec.CommandContext(ctx, "nproc").Output(); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil {
+			r.NProc = n
+		}
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				r.CPU = strings.Join(strings.Fields(v), " ")
+				break
+			}
+		}
+		_ = f.Close()
+	}
+	if v, err := h.cs.Discovery().ServerVersion(); err == nil {
+		r.Kubernetes = v.GitVersion
+	}
+	if out, err := exec.CommandContext(ctx, filepath.Join(h.c.binDir, "kwok"), "--version").Output(); err == nil {
+		r.Kwok = strings.TrimSpace(string(out))
+	}
+}
+
+func (r *results) ratio() float64 {
+	if r.Raw <= 0 {
+		return math.NaN()
+	}
+	return float64(r.Operator) / float64(r.Raw)
+}
+
+func rate(n int, d time.Duration) string {
+	if d <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f", float64(n)/d.Seconds())
+}
+
+// dur formats a duration for the table.
+func dur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+// percentile is the nearest-rank percentile of sorted samples.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// isHeartbeat says whether a resource's writes are kwok's node heartbeats,
+// which go on whatever the operator does and are left out of the total.
+func isHeartbeat(k resKey) bool {
+	return k.group == "coordination.k8s.io" && k.resource == "leases"
+}
+
+func verbs(c *reqCount) string {
+	var parts []string
+	for _, v := range sorted(c.verbs) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", v, c.verbs[v]))
+	}
+	s := strings.Join(parts, ", ")
+	if c.failed > 0 {
+		s += fmt.Sprintf(" (%.0f failed)", c.failed)
+	}
+	return s
+}
+
+// markdown renders the results as the tables of docs/performance.md.
+func (r *results) markdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	n := float64(r.N)
+
+	p("### Cordon speed: gpuhealth-operator vs. raw client-go, N=%d", r.N)
+	p("")
+	p("| Run | |")
+	p("|---|---|")
+	p("| Date | %s |", r.Date.UTC().Format("2006-01-02 15:04 MST"))
+	p("| Command | `%s` |", r.Command)
+	p("| Nodes (N) | %d kwok nodes labeled `%s=true` |", r.N, gpuLabel)
+	cpu := fmt.Sprintf("%d (`nproc`)", r.NProc)
+	if r.CPU != "" {
+		cpu += ", " + r.CPU
+	}
+	p("| CPUs | %s |", cpu)
+	p("| Software | Kubernetes %s (real kube-apiserver, etcd, controller-manager, scheduler; fake kwok nodes), %s, %s %s/%s, all on this machine |",
+		orNA(r.Kubernetes), orNA(firstLine(r.Kwok)), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	p("| Operator log | %d error lines during the measurements |", r.OperatorErrors)
+	p("")
+	p("| Cordon all N nodes | Time | Nodes/s |")
+	p("|---|---:|---:|")
+	p("| Raw: client-go merge-patch `spec.unschedulable=true`, %d workers, no client-side rate limit | %s | %s |", r.HarnessWorkers, dur(r.Raw), rate(r.N, r.Raw))
+	p("| gpuhealth-operator (`--workers %d`): N NodeHealthEvents (XID 79, Fatal) created at once → every node seen cordoned | %s | %s |", r.OperatorWorkers, dur(r.Operator), rate(r.N, r.Operator))
+	p("| **Ratio operator / raw** | **%.2f×** | |", r.ratio())
+	p("| (harness's N event creates returned after) | %s | |", dur(r.CreatesDone))
+	p("| (every NodeHealth Quarantined after) | %s | |", dur(r.Quarantined))
+	p("")
+	if len(r.Latency) > 0 {
+		s := append([]time.Duration(nil), r.Latency...)
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+		p("| Single event → node cordoned, at steady state (K=%d fresh nodes, one at a time) | p50 | p90 | p99 | max |", len(s))
+		p("|---|---:|---:|---:|---:|")
+		p("| Event created → node seen cordoned in a watch | %s | %s | %s | %s |", dur(percentile(s, 0.50)), dur(percentile(s, 0.90)), dur(percentile(s, 0.99)), dur(s[len(s)-1]))
+		p("")
+	}
+	p("| API writes per node to reach Quarantined (apiserver_request_total, burst) | Verbs | Writes | Per node |")
+	p("|---|---|---:|---:|")
+	total := 0.0
+	for _, k := range sortedKeys(r.Writes) {
+		c := r.Writes[k]
+		name := "`" + k.String() + "`"
+		if isHeartbeat(k) {
+			name += " (kwok node heartbeats; not in the total)"
+		} else {
+			total += c.total()
+		}
+		p("| %s | %s | %.0f | %.2f |", name, verbs(c), c.total(), c.total()/n)
+	}
+	p("| **Total** | | **%.0f** | **%.2f** |", total, total/n)
+	if c := r.OperatorWrites[operatorKey]; c != nil {
+		p("| of which the operator's own client (its rest_client_requests_total) | %s | %.0f | %.2f |", verbs(c), c.total(), c.total()/n)
+	}
+	p("")
+	if len(r.Reads) > 0 {
+		p("| Uncached reads per node over the same interval (GET/LIST that reached the apiserver) | Verbs | Reads | Per node |")
+		p("|---|---|---:|---:|")
+		for _, k := range sortedKeys(r.Reads) {
+			c := r.Reads[k]
+			p("| `%s` | %s | %.0f | %.2f |", k, verbs(c), c.total(), c.total()/n)
+		}
+		p("")
+	}
+	p("Writes are counted from just before the burst until every NodeHealth is Quarantined, by every client (the operator, kube-controller-manager, kwok), less the harness's own %d event creates.", r.HarnessCreates)
+	return b.String()
+}
+
+func orNA(s string) string {
+	if s == "" {
+		return "n/a"
+	}
+	return s
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(l)
+}
+
+// sortedKeys returns the resources of c by name, kwok's heartbeats last.
+func sortedKeys(c reqCounts) []resKey {
+	keys := make([]resKey, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if isHeartbeat(keys[i]) != isHeartbeat(keys[j]) {
+			return !isHeartbeat(keys[i])
+		}
+		return keys[i].String() < keys[j].String()
+	})
+	return keys
+}
