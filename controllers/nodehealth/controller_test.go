@@ -393,3 +393,61 @@ func TestCircuitBreakerCoolsDown(t *testing.T) {
 	h.reconcile(b.Name)
 	h.g.Expect(h.phase(b.Name)).To(Equal(recertifying))
 }
+
+// TestResetGPUStepRunsBeforeRecertification: a ResetGPU finding runs the
+// policy's reset Job first.
+func TestResetGPUStepRunsBeforeRecertification(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Recertification.Job = jobTemplate()
+		s.Recertification.SoakWindow = dur("0s")
+		s.Remediation.ResetGPU = &gpuhealthv1alpha1.RemediationStep{Job: gpuhealthv1alpha1.JobTemplate{Image: "reset", Privileged: true}}
+	})
+	n := h.node("a", nil)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "48", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(n.Name)
+	reset, recert := job.Name(job.ResetGPU, n.Name, 1), job.Name(job.Recertification, n.Name, 1)
+	h.g.Expect(h.jobExists(reset)).To(BeTrue())
+	h.g.Expect(h.jobExists(recert)).To(BeFalse())
+	h.g.Expect(h.nodeHealth(n.Name).Status.Recertification.RemediationJob).To(Equal(reset))
+	h.finishJob(reset, true)
+	h.reconcile(n.Name)
+	h.g.Expect(h.jobExists(recert)).To(BeTrue())
+	h.finishJob(recert, true)
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
+}
+
+// TestManualRecertifyAndHold: a human asks to recertify a healthy node and
+// holds it in quarantine; clearing hold lets it go on.
+func TestManualRecertifyAndHold(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Recertification.Job = jobTemplate()
+		s.Recertification.SoakWindow = dur("0s")
+	})
+	n := h.node("a", nil)
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	nh.Spec.Hold = true
+	nh.Spec.Request = &gpuhealthv1alpha1.ManualRequest{Action: gpuhealthv1alpha1.RequestRecertify, ID: "riser-swap", RequestedBy: "bob"}
+	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
+	h.reconcile(n.Name)
+	nh = h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonHeld))
+	h.g.Expect(nh.Status.LastRequest.Result).To(Equal("quarantined for recertification"))
+	h.g.Expect(nh.Status.History[len(nh.Status.History)-1].Reason).To(Equal(ReasonManualRecertify))
+	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeTrue())
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(quarantined), "the request is carried out once; hold keeps it there")
+
+	nh.Spec.Hold = false
+	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(recertifying))
+	h.finishJob(job.Name(job.Recertification, n.Name, 1), true)
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
+	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeFalse())
+}
