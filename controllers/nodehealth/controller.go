@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
@@ -54,14 +56,19 @@ const (
 	// ManagedCondition says whether gpuhealth manages the node.
 	ManagedCondition = "Managed"
 
-	// budgetRecheck is how often a node waiting for a budget looks again. A
-	// budget frees when another node returns, which does not enqueue this one.
-	budgetRecheck = 10 * time.Second
+	// budgetRecheck is a safety net for nodes waiting for a budget: they are
+	// woken when a node leaves Draining or Recertifying (budgetFreed), so
+	// this only covers a missed wake-up. It is long because at 1,000 waiting
+	// nodes a short recheck is a constant load on the operator.
+	budgetRecheck = 5 * time.Minute
 	// drainRecheck is how often a draining node looks again while pods remain;
 	// pod deletions enqueue it sooner.
 	drainRecheck = 5 * time.Second
 	// jobRecheck bounds the wait for a Job; Job updates enqueue the node sooner.
 	jobRecheck = time.Minute
+	// fencedPriority is the workqueue priority of the bookkeeping pass after
+	// a fence: below fresh work (0), so a storm's fences go first.
+	fencedPriority = -10
 	// conflictRetry is the wait after an optimistic-lock conflict.
 	conflictRetry = time.Second
 )
@@ -120,6 +127,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Named("nodehealth").
 		For(&corev1.Node{}, builder.WithPredicates(nodeChanged)).
 		Watches(&gpuhealthv1alpha1.NodeHealth{}, handler.EnqueueRequestsFromMapFunc(nodeHealthToNode)).
+		WatchesRawSource(source.Kind(mgr.GetCache(), client.Object(&gpuhealthv1alpha1.NodeHealth{}),
+			handler.EnqueueRequestsFromMapFunc(r.budgetFreedToWaiting), budgetFreed)).
 		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, handler.EnqueueRequestsFromMapFunc(eventToNode)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToNode), builder.WithPredicates(podLeftOrFinished)).
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToNode)).
@@ -139,6 +148,40 @@ var nodeChanged = predicate.Funcs{
 			o.Spec.Unschedulable != n.Spec.Unschedulable ||
 			!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints)
 	},
+}
+
+// budgetFreed lets through a NodeHealth leaving the phases that use a
+// budget (Draining, Recertifying), which is when waiting nodes may go.
+var budgetFreed = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return usesBudget(e.ObjectOld.(*gpuhealthv1alpha1.NodeHealth)) && !usesBudget(e.ObjectNew.(*gpuhealthv1alpha1.NodeHealth))
+	},
+	DeleteFunc: func(e event.DeleteEvent) bool {
+		nh, ok := e.Object.(*gpuhealthv1alpha1.NodeHealth)
+		return ok && usesBudget(nh)
+	},
+}
+
+func usesBudget(nh *gpuhealthv1alpha1.NodeHealth) bool {
+	return nh.Status.Phase == gpuhealthv1alpha1.PhaseDraining || nh.Status.Phase == gpuhealthv1alpha1.PhaseRecertifying
+}
+
+// budgetFreedToWaiting wakes the nodes waiting for a budget.
+func (r *Reconciler) budgetFreedToWaiting(ctx context.Context, _ client.Object) []ctrl.Request {
+	list := &gpuhealthv1alpha1.NodeHealthList{}
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "Listing nodehealths to wake nodes waiting for a budget")
+		return nil
+	}
+	var out []ctrl.Request
+	for i := range list.Items {
+		if st := list.Items[i].Status; st.Phase == gpuhealthv1alpha1.PhaseQuarantined && st.Reason == ReasonWaitingForBudget {
+			out = append(out, request(list.Items[i].Name)...)
+		}
+	}
+	return out
 }
 
 // podLeftOrFinished lets through the pod changes a drain waits for.
@@ -201,6 +244,9 @@ type scope struct {
 	now metav1.Time
 	// requeue is the earliest deadline a step waits for; zero when none.
 	requeue time.Duration
+	// fenceOnly is set when this pass only fenced the node; its status and
+	// findings are written by the next pass.
+	fenceOnly bool
 }
 
 // counting returns the findings that count against the node now.
@@ -263,6 +309,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 	}()
 	defer func() {
+		if s.fenceOnly && reterr == nil {
+			result = ctrl.Result{RequeueAfter: time.Millisecond, Priority: ptr.To(fencedPriority)}
+			return
+		}
 		reterr = errors.Join(reterr, r.flushEvents(ctx, s))
 		if equality.Semantic.DeepEqual(before.Status, s.nh.Status) {
 			return
@@ -288,6 +338,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return ctrl.Result{}, err
+	}
+	if s.fenceOnly {
+		return ctrl.Result{}, nil // the deferred function sets the requeue
 	}
 	return ctrl.Result{RequeueAfter: s.requeue}, nil
 }

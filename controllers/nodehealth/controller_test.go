@@ -451,3 +451,32 @@ func TestManualRecertifyAndHold(t *testing.T) {
 	h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
 	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeFalse())
 }
+
+// TestFenceFirst: the first pass after a quarantining finding writes the
+// fence (cordon, taint, label and the applied annotation) and nothing else;
+// the next pass records the transition.
+func TestFenceFirst(t *testing.T) {
+	h := newHarness(t)
+	h.policy(nil)
+	n := h.node("a", func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	h.reconcile(n.Name)
+	ev := h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+
+	res := h.reconcileOnce(n.Name)
+	h.g.Expect(res.Priority).To(HaveValue(Equal(fencedPriority)))
+	h.g.Expect(res.RequeueAfter).To(BeNumerically(">", 0))
+	node := h.getNode(n.Name)
+	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeTrue())
+	h.g.Expect(node.Annotations[nodepkg.AppliedAnnotation]).To(Equal("taint"), "the cordon was the human's")
+	h.g.Expect(h.phase(n.Name)).To(Equal(healthy), "no bookkeeping yet")
+	got := &gpuhealthv1alpha1.NodeHealthEvent{}
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: ev.Name}, got)).To(Succeed())
+	h.g.Expect(got.Status.Phase).To(BeEmpty(), "no bookkeeping yet")
+
+	h.reconcileOnce(n.Name)
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(historyPhases(nh)).To(ContainElement(quarantined))
+	h.g.Expect(nh.Status.PreexistingCordon).To(BeTrue(), "known from the applied annotation across passes")
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: ev.Name}, got)).To(Succeed())
+	h.g.Expect(got.Status.Phase).To(Equal(gpuhealthv1alpha1.EventActive))
+}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -59,15 +60,31 @@ func (r *Reconciler) reconcileHealthy(ctx context.Context, s *scope) error {
 	}
 	reason := ReasonFault
 	message := describe(counting)
-	allowed, err := r.allowQuarantine(ctx, s)
-	if err != nil {
-		return err
-	}
-	if !allowed {
-		return nil
+	// A node gpuhealth already fenced (below, or before a crash) was let
+	// through the breaker then; asking again would count it twice.
+	fenced := nodepkg.AppliedOn(s.node).Any()
+	if !fenced {
+		allowed, err := r.allowQuarantine(ctx, s)
+		if err != nil || !allowed {
+			return err
+		}
 	}
 	if s.dryRun() {
 		reason, message = ReasonDryRun, "dry run, would cordon and taint: "+message
+	} else if !fenced && (s.cordon() || s.taint() != nil) {
+		// Fence first: the first write after a quarantining finding is the
+		// cordon and taint, nothing else, and the bookkeeping (the
+		// transition, the node condition, the finding's status) follows in
+		// the next pass at a lower priority. In a storm every sick node is
+		// fenced before any is written up, so the apiserver's write budget
+		// goes to stopping new work landing on bad GPUs first. The applied
+		// annotation written with the cordon marks the fence as ours.
+		if _, err := nodepkg.Quarantine(ctx, r.Client, s.node, s.cordon(), s.taint(), string(gpuhealthv1alpha1.PhaseQuarantined)); err != nil {
+			return err
+		}
+		log.FromContext(ctx).Info("Fenced node", "reason", reason, "findings", message)
+		s.fenceOnly = true
+		return nil
 	}
 	if err := r.transition(ctx, s, fsm.Quarantine, reason, message, ""); err != nil {
 		return err
@@ -90,15 +107,15 @@ func (r *Reconciler) ensureQuarantined(ctx context.Context, s *scope) error {
 	if s.dryRun() {
 		return nil
 	}
-	first := !nodepkg.AppliedOn(s.node).Any()
-	pre, err := nodepkg.Quarantine(ctx, r.Client, s.node, s.cordon(), s.taint(), s.phaseLabel(s.machine.Phase()))
-	if err != nil {
+	if _, err := nodepkg.Quarantine(ctx, r.Client, s.node, s.cordon(), s.taint(), s.phaseLabel(s.machine.Phase())); err != nil {
 		return err
 	}
-	if first && nodepkg.AppliedOn(s.node).Any() {
-		s.nh.Status.PreexistingCordon = pre.Cordon
-		s.nh.Status.PreexistingTaints = pre.Taints
-	}
+	// What gpuhealth did not add itself was there before (the applied
+	// annotation lists what it added), so this holds even when the fence
+	// and the status write happened in different passes.
+	pre := nodepkg.PreexistingOn(s.node, s.taint())
+	s.nh.Status.PreexistingCordon = pre.Cordon
+	s.nh.Status.PreexistingTaints = pre.Taints
 	return nodepkg.SetGPUHealthy(ctx, r.Client, s.node, false, s.nh.Status.Reason, s.nh.Status.Message, s.now)
 }
 

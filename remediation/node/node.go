@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -85,25 +86,31 @@ type Preexisting struct {
 	Taints []corev1.Taint
 }
 
-// Quarantine cordons (when cordon is true) and taints (when taint is set)
-// the node and sets the phase label (when label is non-empty), patching only
-// what differs. It returns what was already there before gpuhealth's first
-// quarantine of the node; that is meaningful only on the first call, when
-// the node carries no AppliedAnnotation yet.
-func Quarantine(ctx context.Context, c client.Client, n *corev1.Node, cordon bool, taint *corev1.Taint, label string) (Preexisting, error) {
-	before := AppliedOn(n)
+// PreexistingOn says what of gpuhealth's cordon and taint was on the node
+// without gpuhealth having added it: a human's (or another tool's).
+func PreexistingOn(n *corev1.Node, taint *corev1.Taint) Preexisting {
+	applied := AppliedOn(n)
 	var pre Preexisting
-	if !before.Any() {
-		pre.Cordon = n.Spec.Unschedulable
-		if taint != nil && hasTaint(n, taint) {
-			for _, t := range n.Spec.Taints {
-				if t.Key == taint.Key && t.Effect == taint.Effect {
-					pre.Taints = append(pre.Taints, t)
-				}
+	pre.Cordon = n.Spec.Unschedulable && !applied.Cordon
+	if taint != nil && !applied.Taint {
+		for _, t := range n.Spec.Taints {
+			if t.Key == taint.Key && t.Effect == taint.Effect {
+				pre.Taints = append(pre.Taints, t)
 			}
 		}
 	}
-	patch := client.MergeFromWithOptions(n.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	return pre
+}
+
+// Quarantine cordons (when cordon is true) and taints (when taint is set)
+// the node and sets the phase label (when label is non-empty), patching only
+// what differs, and records what it added in AppliedAnnotation. It returns
+// what was already there before (see PreexistingOn).
+func Quarantine(ctx context.Context, c client.Client, n *corev1.Node, cordon bool, taint *corev1.Taint, label string) (Preexisting, error) {
+	before := AppliedOn(n)
+	pre := PreexistingOn(n, taint)
+	orig := n.DeepCopy()
+	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
 	after := before
 	if cordon && !n.Spec.Unschedulable {
 		n.Spec.Unschedulable = true
@@ -121,6 +128,10 @@ func Quarantine(ctx context.Context, c client.Client, n *corev1.Node, cordon boo
 		n.Annotations[AppliedAnnotation] = after.String()
 	}
 	setLabel(n, label)
+	if equality.Semantic.DeepEqual(orig, n) {
+		// Nothing to change: no request (an optimistic-lock patch is never empty).
+		return pre, nil
+	}
 	if err := c.Patch(ctx, n, patch); err != nil {
 		return pre, fmt.Errorf("quarantining node %s: %w", n.Name, err)
 	}
