@@ -37,6 +37,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
+	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths,verbs=get;list;watch;create;update;patch
@@ -129,7 +130,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&gpuhealthv1alpha1.NodeHealth{}, handler.EnqueueRequestsFromMapFunc(nodeHealthToNode)).
 		WatchesRawSource(source.Kind(mgr.GetCache(), client.Object(&gpuhealthv1alpha1.NodeHealth{}),
 			handler.EnqueueRequestsFromMapFunc(r.budgetFreedToWaiting), budgetFreed)).
-		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, handler.EnqueueRequestsFromMapFunc(eventToNode)).
+		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, handler.EnqueueRequestsFromMapFunc(eventToNode), builder.WithPredicates(eventChanged)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToNode), builder.WithPredicates(podLeftOrFinished)).
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToNode)).
 		Watches(&gpuhealthv1alpha1.RemediationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.policyToNodes)).
@@ -140,13 +141,36 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 // nodeChanged lets through the node changes that matter: labels (policy
 // selection), annotations (what we applied), cordon and taints. Heartbeats,
 // which kubelets send every few seconds, do not.
+//
+// The update that a fence itself causes (our applied annotation appearing)
+// is skipped: the pass that fenced already requeued the node at a lower
+// priority, and reacting at normal priority would let bookkeeping compete
+// with other nodes' fences in a storm.
 var nodeChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+		if _, had := o.Annotations[nodepkg.AppliedAnnotation]; !had {
+			if _, has := n.Annotations[nodepkg.AppliedAnnotation]; has {
+				return false
+			}
+		}
 		return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 			!equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
 			o.Spec.Unschedulable != n.Spec.Unschedulable ||
 			!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints)
+	},
+}
+
+// eventChanged lets through what a producer changes on a finding (a new
+// finding, a repeat, a resolution, a deletion), not the judgement the
+// operator itself records in its status.
+var eventChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*gpuhealthv1alpha1.NodeHealthEvent), e.ObjectNew.(*gpuhealthv1alpha1.NodeHealthEvent)
+		return o.Generation != n.Generation || o.Status.Count != n.Status.Count ||
+			!equality.Semantic.DeepEqual(o.Status.LastSeen, n.Status.LastSeen) ||
+			o.Status.Resolved != n.Status.Resolved ||
+			!equality.Semantic.DeepEqual(o.Status.ResolvedAt, n.Status.ResolvedAt)
 	},
 }
 
