@@ -116,7 +116,15 @@ func (r *Reconciler) ensureQuarantined(ctx context.Context, s *scope) error {
 	pre := nodepkg.PreexistingOn(s.node, s.taint())
 	s.nh.Status.PreexistingCordon = pre.Cordon
 	s.nh.Status.PreexistingTaints = pre.Taints
-	return nodepkg.SetGPUHealthy(ctx, r.Client, s.node, false, s.nh.Status.Reason, s.nh.Status.Message, s.now)
+	// The condition names why the node is out of service (the cause of its
+	// last transition), not what it waits for now, so it changes with the
+	// phase rather than with every budget recount.
+	reason, message := s.nh.Status.Reason, s.nh.Status.Message
+	if h := s.nh.Status.History; len(h) > 0 {
+		last := h[len(h)-1]
+		reason, message = last.Reason, fmt.Sprintf("%s: %s", last.To, last.Message)
+	}
+	return nodepkg.SetGPUHealthy(ctx, r.Client, s.node, false, reason, message, s.now)
 }
 
 // reconcileQuarantined holds the node cordoned until the budgets let it drain.
