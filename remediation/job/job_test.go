@@ -1,0 +1,80 @@
+package job
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+func TestName(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(Name(Recertification, "gpu-node-1", 2)).To(Equal("gpuhealth-recert-gpu-node-1-2"))
+	long := strings.Repeat("rack-17.tray-09.", 8) + "node"
+	a, b := Name(RebootNode, long, 1), Name(RebootNode, long+"x", 1)
+	for _, n := range []string{a, b} {
+		g.Expect(len(n)).To(BeNumerically("<=", 63))
+		g.Expect(validation.IsDNS1123Subdomain(n)).To(BeEmpty(), n)
+		g.Expect(validation.IsValidLabelValue(n)).To(BeEmpty(), "the Job controller labels pods with the Job's name: %s", n)
+	}
+	g.Expect(a).NotTo(Equal(b), "shortened names stay unique per node")
+	g.Expect(Name(RebootNode, long, 1)).To(Equal(a), "deterministic")
+	g.Expect(Name(RebootNode, long, 2)).NotTo(Equal(a), "one Job per attempt")
+}
+
+func TestBuild(t *testing.T) {
+	g := NewWithT(t)
+	tmpl := gpuhealthv1alpha1.JobTemplate{
+		Image: "dcgm", Command: []string{"dcgmi", "diag", "-r", "2"}, Privileged: true, HostPID: true,
+		Labels:    map[string]string{"team": "infra", NodeLabel: "spoofed"},
+		Resources: &corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resourceQuantity("8")}},
+	}
+	j := Build(Recertification, "gpu-node-1", "gpuhealth-system", 3, tmpl, 20*time.Minute)
+	g.Expect(j.Name).To(Equal("gpuhealth-recert-gpu-node-1-3"))
+	g.Expect(j.Namespace).To(Equal("gpuhealth-system"))
+	g.Expect(*j.Spec.BackoffLimit).To(BeEquivalentTo(0), "gpuhealth counts attempts, not the Job")
+	g.Expect(*j.Spec.ActiveDeadlineSeconds).To(BeEquivalentTo(1200))
+	pod := j.Spec.Template
+	g.Expect(pod.Labels).To(HaveKeyWithValue(NodeLabel, "gpu-node-1"), "our labels win over the template's")
+	g.Expect(pod.Labels).To(HaveKeyWithValue("team", "infra"))
+	g.Expect(pod.Labels).To(HaveKeyWithValue(AttemptLabel, "3"))
+	g.Expect(pod.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
+	g.Expect(pod.Spec.HostPID).To(BeTrue())
+	g.Expect(pod.Spec.Tolerations).To(ConsistOf(corev1.Toleration{Operator: corev1.TolerationOpExists}))
+	term := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0]
+	g.Expect(term.MatchFields[0].Values).To(Equal([]string{"gpu-node-1"}))
+	c := pod.Spec.Containers[0]
+	g.Expect(*c.SecurityContext.Privileged).To(BeTrue())
+	g.Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")))
+}
+
+func TestResult(t *testing.T) {
+	cases := []struct {
+		name   string
+		status batchv1.JobStatus
+		want   gpuhealthv1alpha1.JobResult
+	}{
+		{"a new Job is pending", batchv1.JobStatus{}, gpuhealthv1alpha1.JobPending},
+		{"an active pod means running", batchv1.JobStatus{Active: 1}, gpuhealthv1alpha1.JobRunning},
+		{"Complete means succeeded", batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}, gpuhealthv1alpha1.JobSucceeded},
+		{"Failed means failed", batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Message: "deadline"}}}, gpuhealthv1alpha1.JobFailed},
+		{"a failure target already counts as failed", batchv1.JobStatus{Active: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue}}}, gpuhealthv1alpha1.JobFailed},
+		{"a failed pod with no condition yet is failed", batchv1.JobStatus{Failed: 1}, gpuhealthv1alpha1.JobFailed},
+		{"a condition that is not true does not count", batchv1.JobStatus{Active: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionFalse}}}, gpuhealthv1alpha1.JobRunning},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, msg := Result(&batchv1.Job{Status: tc.status})
+			NewWithT(t).Expect(got).To(Equal(tc.want), msg)
+		})
+	}
+}
+
+func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
