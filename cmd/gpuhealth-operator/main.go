@@ -23,6 +23,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/nodehealth"
+	"github.com/gpuhealth/gpuhealth/controllers/policy"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 )
@@ -114,6 +115,9 @@ func setup(ctx context.Context, mgr ctrl.Manager, namespace string, workers int)
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the nodehealth controller: %w", err)
+	}
+	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the policy status controller: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,143 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+
+const (
+	// ReadyCondition says whether the policy is valid and in effect.
+	ReadyCondition = "Ready"
+	// ReasonValid says the policy's node selector parses.
+	ReasonValid = "Valid"
+	// ReasonInvalidSelector says the policy's node selector does not parse.
+	ReasonInvalidSelector = "InvalidSelector"
+)
+
+// Reconciler counts each policy's managed nodes by phase into its status.
+// It writes only managedNodes, phases, conditions and observedGeneration;
+// the circuit breaker's state is the nodehealth reconciler's.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the apiserver.
+	Client client.Client
+	// Clock stamps conditions.
+	Clock clock.PassiveClock
+}
+
+// SetupWithManager registers the watches. A NodeHealth phase change or a
+// node label change re-counts every policy; there are few policies, and the
+// workqueue folds a storm of changes into one count per policy.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil || r.Clock == nil {
+		return errors.New("policy.Reconciler needs Client and Clock")
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("remediationpolicy_status").
+		For(&gpuhealthv1alpha1.RemediationPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&gpuhealthv1alpha1.NodeHealth{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), builder.WithPredicates(phaseChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		// One worker: counts are cheap and a single writer per policy status avoids conflicts.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(r)
+}
+
+var phaseChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.(*gpuhealthv1alpha1.NodeHealth).Status.Phase != e.ObjectNew.(*gpuhealthv1alpha1.NodeHealth).Status.Phase
+	},
+}
+
+func (r *Reconciler) allPolicies(ctx context.Context, _ client.Object) []ctrl.Request {
+	list := &gpuhealthv1alpha1.RemediationPolicyList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "Listing remediation policies")
+		return nil
+	}
+	out := make([]ctrl.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, ctrl.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+	}
+	return out
+}
+
+// Reconcile counts the policy's nodes and patches its status when the counts changed.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	p := &gpuhealthv1alpha1.RemediationPolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := p.DeepCopy()
+	now := metav1.NewTime(r.Clock.Now())
+	sel := labels.Everything()
+	if p.Spec.NodeSelector != nil {
+		s, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
+		if err != nil {
+			meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+				Type: ReadyCondition, Status: metav1.ConditionFalse, Reason: ReasonInvalidSelector,
+				Message: fmt.Sprintf("nodeSelector does not parse: %v", err), ObservedGeneration: p.Generation, LastTransitionTime: now,
+			})
+			return ctrl.Result{}, r.patch(ctx, before, p)
+		}
+		sel = s
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing nodes: %w", err)
+	}
+	managed := make(map[string]bool, len(nodes.Items))
+	for i := range nodes.Items {
+		managed[nodes.Items[i].Name] = true
+	}
+	nhs := &gpuhealthv1alpha1.NodeHealthList{}
+	if err := r.Client.List(ctx, nhs, client.UnsafeDisableDeepCopy); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing nodehealths: %w", err)
+	}
+	phases := map[gpuhealthv1alpha1.NodeHealthPhase]int32{}
+	for i := range nhs.Items {
+		if ph := nhs.Items[i].Status.Phase; ph != "" && managed[nhs.Items[i].Name] {
+			phases[ph]++
+		}
+	}
+	p.Status.ManagedNodes = int32(len(managed))
+	p.Status.Phases = phases
+	p.Status.ObservedGeneration = p.Generation
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type: ReadyCondition, Status: metav1.ConditionTrue, Reason: ReasonValid,
+		Message: fmt.Sprintf("managing %d nodes", len(managed)), ObservedGeneration: p.Generation, LastTransitionTime: now,
+	})
+	return ctrl.Result{}, r.patch(ctx, before, p)
+}
+
+func (r *Reconciler) patch(ctx context.Context, before, p *gpuhealthv1alpha1.RemediationPolicy) error {
+	if equality.Semantic.DeepEqual(before.Status, p.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("patching status of remediationpolicy %s: %w", p.Name, err)
+	}
+	return nil
+}
