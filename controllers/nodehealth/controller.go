@@ -271,6 +271,23 @@ type scope struct {
 	// fenceOnly is set when this pass only fenced the node; its status and
 	// findings are written by the next pass.
 	fenceOnly bool
+	// unwritten are transitions made in memory and not yet written; they are
+	// counted in the metrics once the status write succeeds.
+	unwritten []recordedTransition
+}
+
+// recordedTransition is a transition for the metrics.
+type recordedTransition struct {
+	from, to gpuhealthv1alpha1.NodeHealthPhase
+	reason   string
+}
+
+// written counts the transitions the last status write persisted.
+func (s *scope) written() {
+	for _, t := range s.unwritten {
+		transitions.WithLabelValues(string(t.from), string(t.to), t.reason).Inc()
+	}
+	s.unwritten = nil
 }
 
 // counting returns the findings that count against the node now.
@@ -354,6 +371,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			reterr = errors.Join(reterr, fmt.Errorf("patching status of nodehealth %s: %w", s.nh.Name, err))
 			return
 		}
+		s.written()
 		phaseGauge(s.nh)
 	}()
 
@@ -562,7 +580,7 @@ func (r *Reconciler) transition(ctx context.Context, s *scope, e fsm.Event, reas
 		return err
 	}
 	fsm.Record(&s.nh.Status, from, to, reason, truncate(message, 1024), by, s.now)
-	transitions.WithLabelValues(string(from), string(to), reason).Inc()
+	s.unwritten = append(s.unwritten, recordedTransition{from: from, to: to, reason: reason}) // counted once written
 	log.FromContext(ctx).Info("Transitioning node", "fromPhase", from, "toPhase", to, "reason", reason)
 	eventType := corev1.EventTypeNormal
 	if to != gpuhealthv1alpha1.PhaseHealthy {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -461,8 +462,13 @@ func TestFenceFirst(t *testing.T) {
 	n := h.node("a", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 	h.reconcile(n.Name)
 	ev := h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	quarantines := func() float64 {
+		return testutil.ToFloat64(transitions.WithLabelValues(string(healthy), string(quarantined), ReasonFault))
+	}
+	start := quarantines()
 
 	res := h.reconcileOnce(n.Name)
+	h.g.Expect(quarantines()).To(Equal(start), "nothing is counted before it is written")
 	h.g.Expect(res.Priority).To(HaveValue(Equal(fencedPriority)))
 	h.g.Expect(res.RequeueAfter).To(BeNumerically(">", 0))
 	node := h.getNode(n.Name)
@@ -476,6 +482,7 @@ func TestFenceFirst(t *testing.T) {
 	h.reconcileOnce(n.Name)
 	nh := h.nodeHealth(n.Name)
 	h.g.Expect(historyPhases(nh)).To(ContainElement(quarantined))
+	h.g.Expect(quarantines()).To(Equal(start + 1))
 	h.g.Expect(nh.Status.PreexistingCordon).To(BeTrue(), "known from the applied annotation across passes")
 	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: ev.Name}, got)).To(Succeed())
 	h.g.Expect(got.Status.Phase).To(Equal(gpuhealthv1alpha1.EventActive))

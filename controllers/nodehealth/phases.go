@@ -179,6 +179,7 @@ func (r *Reconciler) startDrain(ctx context.Context, s *scope, before **gpuhealt
 	if err := r.Client.Status().Patch(ctx, s.nh, client.MergeFromWithOptions(*before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("patching status of nodehealth %s: %w", s.nh.Name, err)
 	}
+	s.written()
 	*before = s.nh.DeepCopy()
 	return nil
 }
