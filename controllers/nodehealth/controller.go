@@ -37,6 +37,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
@@ -240,12 +241,12 @@ func podToNode(_ context.Context, o client.Object) []ctrl.Request {
 }
 
 func jobToNode(_ context.Context, o client.Object) []ctrl.Request {
-	return request(o.GetLabels()[jobNodeLabel])
+	return request(o.GetLabels()[job.NodeLabel])
 }
 
 func (r *Reconciler) policyToNodes(ctx context.Context, _ client.Object) []ctrl.Request {
 	list := &corev1.NodeList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "Listing nodes for a policy change")
 		return nil
 	}
@@ -413,7 +414,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope, before **gpuhealth
 	}
 	switch s.machine.Phase() {
 	case gpuhealthv1alpha1.PhaseQuarantined, gpuhealthv1alpha1.PhaseDraining:
-		if !s.dryRun() && humanUncordoned(s.node) {
+		if !s.dryRun() && nodepkg.HumanUncordoned(s.node) {
 			return r.cancel(ctx, s)
 		}
 	}

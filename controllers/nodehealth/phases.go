@@ -3,6 +3,7 @@ package nodehealth
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -19,8 +20,6 @@ import (
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
-const jobNodeLabel = job.NodeLabel
-
 // Policy defaults for fields an older stored object may lack (the CRD
 // schema defaults them for new objects).
 const (
@@ -29,8 +28,6 @@ const (
 	defaultSoak        = 10 * time.Minute
 	defaultMaxAttempts = 3
 )
-
-func humanUncordoned(n *corev1.Node) bool { return nodepkg.HumanUncordoned(n) }
 
 func (s *scope) cordon() bool {
 	c := s.policy.Spec.Quarantine.Cordon
@@ -79,7 +76,7 @@ func (r *Reconciler) reconcileHealthy(ctx context.Context, s *scope) error {
 		// fenced before any is written up, so the apiserver's write budget
 		// goes to stopping new work landing on bad GPUs first. The applied
 		// annotation written with the cordon marks the fence as ours.
-		if _, err := nodepkg.Quarantine(ctx, r.Client, s.node, s.cordon(), s.taint(), string(gpuhealthv1alpha1.PhaseQuarantined)); err != nil {
+		if err := nodepkg.Quarantine(ctx, r.Client, s.node, s.cordon(), s.taint(), s.phaseLabel(gpuhealthv1alpha1.PhaseQuarantined)); err != nil {
 			return err
 		}
 		log.FromContext(ctx).Info("Fenced node", "reason", reason, "findings", message)
@@ -107,7 +104,7 @@ func (r *Reconciler) ensureQuarantined(ctx context.Context, s *scope) error {
 	if s.dryRun() {
 		return nil
 	}
-	if _, err := nodepkg.Quarantine(ctx, r.Client, s.node, s.cordon(), s.taint(), s.phaseLabel(s.machine.Phase())); err != nil {
+	if err := nodepkg.Quarantine(ctx, r.Client, s.node, s.cordon(), s.taint(), s.phaseLabel(s.machine.Phase())); err != nil {
 		return err
 	}
 	// What gpuhealth did not add itself was there before (the applied
@@ -347,7 +344,7 @@ func (r *Reconciler) reconcileRecertifying(ctx context.Context, s *scope) error 
 		if j.phase != gpuhealthv1alpha1.EventActive || isPointCheck(j.event.Spec.Check) {
 			continue
 		}
-		if j.counts || (requireFabric && isFabricCheck(j.event.Spec.Check)) {
+		if j.counts || (requireFabric && slices.Contains(fabricChecks, j.event.Spec.Check)) {
 			open = append(open, j)
 		}
 	}
@@ -356,15 +353,6 @@ func (r *Reconciler) reconcileRecertifying(ctx context.Context, s *scope) error 
 		return nil
 	}
 	return r.closeFindings(ctx, s, fsm.Pass, ReasonRecertified, fmt.Sprintf("recertification attempt %d passed and the soak window was clean", rc.Attempt), "")
-}
-
-func isFabricCheck(c gpuhealthv1alpha1.Check) bool {
-	for _, f := range fabricChecks {
-		if f == c {
-			return true
-		}
-	}
-	return false
 }
 
 // remediationStep picks the reset or reboot step the action asks for, when

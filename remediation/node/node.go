@@ -104,11 +104,10 @@ func PreexistingOn(n *corev1.Node, taint *corev1.Taint) Preexisting {
 
 // Quarantine cordons (when cordon is true) and taints (when taint is set)
 // the node and sets the phase label (when label is non-empty), patching only
-// what differs, and records what it added in AppliedAnnotation. It returns
-// what was already there before (see PreexistingOn).
-func Quarantine(ctx context.Context, c client.Client, n *corev1.Node, cordon bool, taint *corev1.Taint, label string) (Preexisting, error) {
+// what differs, and records what it added in AppliedAnnotation (what was
+// there before is then PreexistingOn).
+func Quarantine(ctx context.Context, c client.Client, n *corev1.Node, cordon bool, taint *corev1.Taint, label string) error {
 	before := AppliedOn(n)
-	pre := PreexistingOn(n, taint)
 	orig := n.DeepCopy()
 	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
 	after := before
@@ -130,24 +129,10 @@ func Quarantine(ctx context.Context, c client.Client, n *corev1.Node, cordon boo
 	setLabel(n, label)
 	if equality.Semantic.DeepEqual(orig, n) {
 		// Nothing to change: no request (an optimistic-lock patch is never empty).
-		return pre, nil
-	}
-	if err := c.Patch(ctx, n, patch); err != nil {
-		return pre, fmt.Errorf("quarantining node %s: %w", n.Name, err)
-	}
-	return pre, nil
-}
-
-// SetPhaseLabel sets (or, with an empty phase, removes) the phase label.
-func SetPhaseLabel(ctx context.Context, c client.Client, n *corev1.Node, phase string) error {
-	cur, ok := n.Labels[PhaseLabel]
-	if (phase == "" && !ok) || (phase != "" && cur == phase) {
 		return nil
 	}
-	patch := client.MergeFrom(n.DeepCopy())
-	setLabel(n, phase)
 	if err := c.Patch(ctx, n, patch); err != nil {
-		return fmt.Errorf("labelling node %s: %w", n.Name, err)
+		return fmt.Errorf("quarantining node %s: %w", n.Name, err)
 	}
 	return nil
 }
