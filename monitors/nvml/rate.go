@@ -1,0 +1,48 @@
+package nvml
+
+import "time"
+
+// rate tracks one cumulative counter and answers its rate per second over a
+// sliding window. A counter that goes down was reset (a driver reload, a
+// reset of the NVLink counters) or wrapped; either way the increase across
+// that sample is unknown, so the history restarts from it.
+type rate struct {
+	samples []sample
+}
+
+type sample struct {
+	at    time.Time
+	value uint64
+}
+
+// maxSamples bounds the history: a 60 s window polled every second.
+const maxSamples = 64
+
+// add records value at time at and returns the rate per second over the
+// samples within window before it, and whether there were enough samples
+// (two at least) to say.
+func (r *rate) add(at time.Time, value uint64, window time.Duration) (float64, bool) {
+	if n := len(r.samples); n > 0 && value < r.samples[n-1].value {
+		r.samples = r.samples[:0]
+	}
+	r.samples = append(r.samples, sample{at: at, value: value})
+	cutoff := at.Add(-window)
+	drop := 0
+	// Keep one sample at or before the cutoff so the window is covered.
+	for drop+1 < len(r.samples) && !r.samples[drop+1].at.After(cutoff) {
+		drop++
+	}
+	if over := len(r.samples) - drop - maxSamples; over > 0 {
+		drop += over
+	}
+	r.samples = r.samples[drop:]
+	if len(r.samples) < 2 {
+		return 0, false
+	}
+	first, last := r.samples[0], r.samples[len(r.samples)-1]
+	span := last.at.Sub(first.at).Seconds()
+	if span <= 0 {
+		return 0, false
+	}
+	return float64(last.value-first.value) / span, true
+}

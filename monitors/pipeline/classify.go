@@ -1,0 +1,109 @@
+package pipeline
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/api/xid"
+	"github.com/gpuhealth/gpuhealth/monitors"
+)
+
+// checkDefaults is the default severity and action of the checks other than
+// XID, when the source left them empty. The operator's RemediationPolicy
+// rules may judge any finding differently; these only fill the event's spec.
+var checkDefaults = map[gpuhealthv1alpha1.Check]struct {
+	severity gpuhealthv1alpha1.Severity
+	action   gpuhealthv1alpha1.Action
+}{
+	gpuhealthv1alpha1.CheckGPULost:      {gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRebootNode},
+	gpuhealthv1alpha1.CheckSXID:         {gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRebootNode},
+	gpuhealthv1alpha1.CheckFabric:       {gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRecertify},
+	gpuhealthv1alpha1.CheckIMEXDomain:   {gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRecertify},
+	gpuhealthv1alpha1.CheckIMEXDaemon:   {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
+	gpuhealthv1alpha1.CheckNVLinkErrors: {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
+	gpuhealthv1alpha1.CheckNVLinkDown:   {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
+	gpuhealthv1alpha1.CheckNVSwitch:     {gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRecertify},
+	gpuhealthv1alpha1.CheckECC:          {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
+}
+
+// maxMessage bounds the message copied into the event's spec.
+const maxMessage = 1024
+
+// classify fills a finding's severity and action where the source left them
+// empty: XIDs from the versioned catalog in api/xid, other checks from
+// checkDefaults. It also applies the catalog's rule that a GPU reset needs
+// the GPU's identity: a ResetGPU finding without a component id asks for a
+// node reboot instead.
+func classify(f *monitors.Finding) {
+	if f.Check == gpuhealthv1alpha1.CheckXID && (f.Severity == "" || f.Action == "") {
+		n, err := strconv.Atoi(f.Code)
+		if err != nil {
+			n = 0 // Lookup treats it as unknown: Fatal, ContactSupport
+		}
+		e := xid.Lookup(n, f.Message)
+		if f.Severity == "" {
+			f.Severity = e.Severity
+		}
+		if f.Action == "" {
+			f.Action = e.Action
+		}
+		if f.Message == "" {
+			f.Message = fmt.Sprintf("XID %d: %s", n, e.Description)
+		} else if !e.Known {
+			f.Message = e.Description + ": " + f.Message
+		}
+	}
+	if d, ok := checkDefaults[f.Check]; ok {
+		if f.Severity == "" {
+			f.Severity = d.severity
+		}
+		if f.Action == "" {
+			f.Action = d.action
+		}
+	}
+	if f.Severity == "" {
+		f.Severity = gpuhealthv1alpha1.SeverityDegraded
+	}
+	if f.Action == "" {
+		f.Action = gpuhealthv1alpha1.ActionRecertify
+	}
+	if f.Action == gpuhealthv1alpha1.ActionResetGPU && f.Component.ID == "" {
+		f.Action = gpuhealthv1alpha1.ActionRebootNode
+	}
+}
+
+// normalize makes a finding safe to turn into an object: a component kind,
+// a bounded single-line message, and the checks the CRD would reject done
+// here, so that a bad finding is counted and dropped instead of retried.
+func normalize(f *monitors.Finding) error {
+	if f.Source == "" || f.Check == "" {
+		return fmt.Errorf("finding %s has no source or check", f.String())
+	}
+	if f.Code == "" {
+		return fmt.Errorf("finding %s has no code", f.String())
+	}
+	if f.Component.Kind == "" {
+		f.Component.Kind = gpuhealthv1alpha1.ComponentNode
+	}
+	if f.Check == gpuhealthv1alpha1.CheckXID {
+		if n, err := strconv.Atoi(f.Code); err != nil || n < 0 || n > 999 {
+			return fmt.Errorf("finding %s: an XID code must be a number from 0 to 999", f.String())
+		}
+	}
+	if f.Component.Kind == gpuhealthv1alpha1.ComponentGPU && f.Component.ID == "" {
+		return fmt.Errorf("finding %s: a GPU component needs the GPU's UUID or PCI bus id", f.String())
+	}
+	msg := strings.Join(strings.Fields(strings.ToValidUTF8(f.Message, "?")), " ")
+	if len(msg) > maxMessage {
+		cut := maxMessage - 3
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "..."
+	}
+	f.Message = msg
+	return nil
+}

@@ -1,0 +1,423 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/monitors"
+	"github.com/gpuhealth/gpuhealth/monitors/spool"
+)
+
+// Defaults for Options.
+const (
+	// DefaultWindow is the coalescing window: repeats of a finding update
+	// its object at most once per window. 5 s keeps a storm of 10,000 XIDs a
+	// second to one write every 5 s while lastSeen stays fresh enough for
+	// the operator's debounce (whose windows are minutes).
+	DefaultWindow = 5 * time.Second
+	// DefaultWorkers is how many objects are written at once.
+	DefaultWorkers = 4
+	// maxBackoff caps the retry delay after failed writes, so that the
+	// spool drains within half a minute of the apiserver coming back.
+	maxBackoff = 30 * time.Second
+	// firstBackoff is the retry delay after the first failure.
+	firstBackoff = 200 * time.Millisecond
+	// idleForget is how long a published, clean entry is kept in memory
+	// (for the coalescing window and its known count) after its last change.
+	idleForget = time.Hour
+)
+
+// Options configure a Pipeline.
+type Options struct {
+	// NodeName is the node every event is about (the agent's own node).
+	NodeName string
+	// Client writes NodeHealthEvents. Its rest.Config's QPS and Burst are the
+	// client-side rate limit.
+	Client client.Client
+	// Spool keeps unacknowledged findings; Replay are the records it held
+	// when it was opened, published first.
+	Spool  *spool.Spool
+	Replay []spool.Record
+	// Clock defaults to the real clock.
+	Clock clock.WithTicker
+	// Window is the coalescing window (DefaultWindow when zero).
+	Window time.Duration
+	// Workers is the number of concurrent writes (DefaultWorkers when zero).
+	Workers int
+	// Debounce rules hold back findings until they repeat.
+	Debounce []DebounceRule
+	// Log receives the pipeline's logs.
+	Log logr.Logger
+}
+
+// Pipeline classifies, debounces and coalesces findings and publishes them as
+// NodeHealthEvents. Report is safe to call from any goroutine; Run writes.
+type Pipeline struct {
+	opts Options
+
+	mu       sync.Mutex
+	entries  map[string]*entry
+	debounce debouncer
+	wake     chan struct{}
+}
+
+// entry is one NodeHealthEvent's state in the pipeline.
+type entry struct {
+	// rec is what remains to write; rec.Pending > 0 or rec.StateChanged
+	// means the apiserver is behind.
+	rec spool.Record
+	// gen counts changes to rec, so a finished write knows whether more
+	// came in meanwhile.
+	gen uint64
+	// stateGen counts changes of rec.Resolved, so a finished write knows
+	// whether the state it wrote is still the latest.
+	stateGen uint64
+	// persistedGen is the gen last written to the spool.
+	persistedGen uint64
+	// urgent entries skip the coalescing window: a new finding or a change
+	// between resolved and active is written at once.
+	urgent bool
+	// inflight is true while a worker writes this entry.
+	inflight bool
+	// lastWrite is when the apiserver last accepted a write for it.
+	lastWrite time.Time
+	// failures counts consecutive failed writes; retryAt is the earliest
+	// next attempt.
+	failures int
+	retryAt  time.Time
+	// pendingSince is when the oldest pending occurrence was reported (for
+	// the latency histogram); zero when nothing is pending.
+	pendingSince time.Time
+	// touched is when the entry last changed, for forgetting idle ones.
+	touched time.Time
+}
+
+func (e *entry) dirty() bool { return e.rec.Pending > 0 || e.rec.StateChanged }
+
+// New returns a pipeline. Run must be called for anything to be written.
+func New(opts Options) (*Pipeline, error) {
+	if opts.NodeName == "" || opts.Client == nil || opts.Spool == nil {
+		return nil, errors.New("pipeline needs a node name, a client and a spool")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Window <= 0 {
+		opts.Window = DefaultWindow
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = DefaultWorkers
+	}
+	p := &Pipeline{
+		opts:     opts,
+		entries:  map[string]*entry{},
+		debounce: debouncer{rules: opts.Debounce, held: map[string][]time.Time{}},
+		wake:     make(chan struct{}, 1),
+	}
+	now := opts.Clock.Now()
+	for _, r := range opts.Replay {
+		if r.Spec.NodeName != opts.NodeName {
+			opts.Log.Info("Dropping spooled finding about another node", "record", r.Name(), "nodeName", r.Spec.NodeName)
+			_ = opts.Spool.Delete(r.Name())
+			continue
+		}
+		p.entries[r.Name()] = &entry{rec: r, gen: 1, persistedGen: 1, urgent: true, pendingSince: now, touched: now}
+	}
+	spoolRecords.Set(float64(opts.Spool.Len()))
+	return p, nil
+}
+
+// Report takes one finding from a source. It classifies and coalesces it in
+// memory, writes a new finding or a change of state to the spool before
+// returning, and wakes the publisher. It never calls the apiserver.
+func (p *Pipeline) Report(f monitors.Finding) {
+	now := p.opts.Clock.Now()
+	if f.Time.IsZero() {
+		f.Time = now
+	}
+	if err := normalize(&f); err != nil {
+		droppedTotal.WithLabelValues(string(f.Severity), "Invalid").Inc()
+		p.opts.Log.Error(err, "Dropping invalid finding")
+		return
+	}
+	classify(&f)
+	findingsTotal.WithLabelValues(string(f.Source), string(f.Check), string(f.Severity)).Inc()
+
+	spec := gpuhealthv1alpha1.NodeHealthEventSpec{
+		NodeName: p.opts.NodeName, Source: f.Source, Check: f.Check, Component: f.Component,
+		Code: f.Code, Severity: f.Severity, RecommendedAction: f.Action, Message: f.Message,
+	}
+	name := spec.EventName()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.entries[name]
+	active := e != nil && !e.rec.Resolved && (e.rec.Base > 0 || e.rec.Pending > 0)
+	n := p.debounce.admit(name, &f, active)
+	if !f.Resolved && n == 0 {
+		heldTotal.WithLabelValues(string(f.Source), string(f.Check)).Inc()
+		return
+	}
+	isNew := e == nil
+	if isNew {
+		if f.Resolved {
+			// Resolving something this agent has not seen since it
+			// started: the object may exist from before a restart. The
+			// publisher reads it and resolves it, or drops the entry.
+			e = &entry{rec: spool.Record{Spec: spec, Base: -1, Resolved: true, ResolvedAt: &f.Time, StateChanged: true}}
+		} else {
+			e = &entry{rec: spool.Record{Spec: spec, Base: -1, FirstSeen: f.Time}}
+		}
+		p.entries[name] = e
+		e.urgent = true
+	}
+	switch {
+	case f.Resolved && !e.rec.Resolved:
+		e.rec.Resolved, e.rec.ResolvedAt, e.rec.StateChanged = true, &f.Time, true
+		e.urgent = true
+		e.stateGen++
+	case !f.Resolved && e.rec.Resolved:
+		e.rec.Resolved, e.rec.ResolvedAt, e.rec.StateChanged = false, nil, true
+		e.urgent = true
+		e.stateGen++
+	}
+	if !f.Resolved {
+		if e.rec.Pending == 0 {
+			e.pendingSince = now
+			if e.rec.FirstSeen.IsZero() || e.rec.Base <= 0 && f.Time.Before(e.rec.FirstSeen) {
+				e.rec.FirstSeen = f.Time
+			}
+		}
+		e.rec.Pending += n
+		if f.Time.After(e.rec.LastSeen) {
+			e.rec.LastSeen = f.Time
+		}
+	}
+	e.gen++
+	e.touched = now
+	if e.urgent {
+		// A new finding or a change of state goes to disk before Report
+		// returns; repeats are spooled by the publisher, once per window.
+		p.persistLocked(name, e)
+	}
+	p.signal()
+}
+
+// persistLocked writes e to the spool if it changed since the last write.
+// The caller holds p.mu.
+func (p *Pipeline) persistLocked(name string, e *entry) {
+	if e.persistedGen == e.gen {
+		return
+	}
+	dropped, err := p.opts.Spool.Put(&e.rec)
+	for _, d := range dropped {
+		if victim, ok := p.entries[d]; ok && !victim.inflight {
+			droppedTotal.WithLabelValues(string(victim.rec.Spec.Severity), "SpoolFull").Inc()
+			p.opts.Log.Info("Spool full: dropping an older, less severe finding", "record", d)
+			delete(p.entries, d)
+		}
+	}
+	switch {
+	case errors.Is(err, spool.ErrFull):
+		// Nothing less severe to drop: this finding is kept in memory
+		// only; it is still published while the agent runs.
+		droppedTotal.WithLabelValues(string(e.rec.Spec.Severity), "SpoolFull").Inc()
+		p.opts.Log.Info("Spool full: finding kept in memory only", "record", name)
+	case err != nil:
+		p.opts.Log.Error(err, "Writing finding to the spool failed; kept in memory", "record", name)
+	default:
+		e.persistedGen = e.gen
+	}
+	spoolRecords.Set(float64(p.opts.Spool.Len()))
+}
+
+func (p *Pipeline) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Pending returns the number of entries the apiserver is behind on.
+func (p *Pipeline) Pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, e := range p.entries {
+		if e.dirty() {
+			n++
+		}
+	}
+	return n
+}
+
+// Run publishes until ctx is done.
+func (p *Pipeline) Run(ctx context.Context) error {
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range p.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range work {
+				p.publish(ctx, name)
+				p.signal()
+			}
+		}()
+	}
+	defer func() {
+		close(work)
+		wg.Wait()
+	}()
+	timer := p.opts.Clock.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		due, next := p.due()
+		for _, name := range due {
+			select {
+			case work <- name:
+			case <-ctx.Done():
+				p.release(due)
+				return nil
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C():
+			default:
+			}
+		}
+		timer.Reset(next)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.wake:
+		case <-timer.C():
+		}
+	}
+}
+
+// release clears inflight on entries picked but not handed to a worker.
+func (p *Pipeline) release(names []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range names {
+		if e, ok := p.entries[n]; ok {
+			e.inflight = false
+		}
+	}
+}
+
+// due returns the entries to write now, marked inflight, and how long until
+// the next one falls due. It also forgets clean entries idle for an hour.
+func (p *Pipeline) due() ([]string, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.opts.Clock.Now()
+	next := time.Hour
+	var due []string
+	for name, e := range p.entries {
+		if e.inflight {
+			continue
+		}
+		if !e.dirty() {
+			if now.Sub(e.touched) > idleForget {
+				delete(p.entries, name)
+			}
+			continue
+		}
+		at := e.retryAt
+		if !e.urgent && e.failures == 0 {
+			if w := e.lastWrite.Add(p.opts.Window); w.After(at) {
+				at = w
+			}
+		}
+		if wait := at.Sub(now); wait > 0 {
+			next = min(next, wait)
+			continue
+		}
+		e.inflight = true
+		due = append(due, name)
+	}
+	return due, next
+}
+
+// publish writes one entry: it spools the entry if it changed, makes sure
+// the object exists and its count is known, then patches its status with
+// the absolute count, lastSeen and resolved state.
+func (p *Pipeline) publish(ctx context.Context, name string) {
+	p.mu.Lock()
+	e, ok := p.entries[name]
+	if !ok {
+		p.mu.Unlock()
+		return
+	}
+	p.persistLocked(name, e)
+	rec, stateGen, since := e.rec, e.stateGen, e.pendingSince
+	p.mu.Unlock()
+
+	base, err := p.write(ctx, &rec, name)
+	now := p.opts.Clock.Now()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e.inflight = false
+	switch {
+	case errors.Is(err, errGone):
+		// A resolution for an object that does not exist: nothing to do.
+		delete(p.entries, name)
+		_ = p.opts.Spool.Delete(name)
+		spoolRecords.Set(float64(p.opts.Spool.Len()))
+		return
+	case errors.Is(err, errInvalid):
+		droppedTotal.WithLabelValues(string(rec.Spec.Severity), "Rejected").Inc()
+		p.opts.Log.Error(err, "The apiserver rejected the finding; dropping it", "NodeHealthEvent", name)
+		delete(p.entries, name)
+		_ = p.opts.Spool.Delete(name)
+		spoolRecords.Set(float64(p.opts.Spool.Len()))
+		return
+	case err != nil:
+		if base >= 0 && e.rec.Base < 0 {
+			e.rec.Base = base // learnt before the failure (the object exists)
+			e.gen++
+		}
+		e.failures++
+		backoff := min(firstBackoff<<min(e.failures-1, 10), maxBackoff)
+		e.retryAt = now.Add(backoff)
+		p.opts.Log.V(1).Info("Publishing finding failed; will retry", "NodeHealthEvent", name, "error", err.Error(), "retryIn", backoff.String())
+		return
+	}
+	e.failures, e.retryAt, e.lastWrite, e.urgent = 0, time.Time{}, now, false
+	if rec.Pending > 0 {
+		publishLatency.Observe(now.Sub(since).Seconds())
+	}
+	e.rec.Base = base
+	e.rec.Pending -= rec.Pending
+	if e.stateGen == stateGen {
+		e.rec.StateChanged = false
+	}
+	e.gen++
+	if e.rec.Pending > 0 {
+		e.pendingSince = now
+	} else {
+		e.pendingSince = time.Time{}
+	}
+	if !e.dirty() {
+		if err := p.opts.Spool.Delete(name); err != nil {
+			p.opts.Log.Error(err, "Removing published finding from the spool")
+		}
+		e.persistedGen = e.gen
+		spoolRecords.Set(float64(p.opts.Spool.Len()))
+	}
+}
+
+// String is for logs.
+func (p *Pipeline) String() string { return fmt.Sprintf("pipeline for node %s", p.opts.NodeName) }
