@@ -1,0 +1,236 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/monitors/pipeline"
+)
+
+// Config is the agent's configuration file (YAML). Every field is optional;
+// flags override the fields they name. See docs/monitors.md.
+type Config struct {
+	// NodeName is this node's name; normally --node-name from the downward API.
+	NodeName string `json:"nodeName,omitempty"`
+	// Sources lists the sources to run: nvml, dcgm, kmsg, imex. Default:
+	// nvml, kmsg and imex (DCGM is opt-in: it needs a DCGM library or a
+	// reachable nv-hostengine).
+	Sources []string `json:"sources,omitempty"`
+	// NVML configures the nvml source.
+	NVML NVMLConfig `json:"nvml,omitempty"`
+	// DCGM configures the dcgm source.
+	DCGM DCGMConfig `json:"dcgm,omitempty"`
+	// Kmsg configures the kmsg source.
+	Kmsg KmsgConfig `json:"kmsg,omitempty"`
+	// IMEX configures the imex source.
+	IMEX IMEXConfig `json:"imex,omitempty"`
+	// Spool configures the on-disk spool.
+	Spool SpoolConfig `json:"spool,omitempty"`
+	// Publish configures writes to the apiserver.
+	Publish PublishConfig `json:"publish,omitempty"`
+	// Debounce rules hold findings back until they repeat.
+	Debounce []DebounceConfig `json:"debounce,omitempty"`
+	// MetricsAddr is the Prometheus metrics listen address (default :8080;
+	// "0" turns it off).
+	MetricsAddr string `json:"metricsAddr,omitempty"`
+	// HealthAddr is the /healthz and /readyz listen address (default :8081).
+	HealthAddr string `json:"healthAddr,omitempty"`
+}
+
+// NVMLConfig configures the nvml source.
+type NVMLConfig struct {
+	// LibraryPath is the path of libnvidia-ml.so.1 (default: the loader's
+	// search path).
+	LibraryPath string `json:"libraryPath,omitempty"`
+	// PollInterval for NVLink counters and state and the fabric (default 10s).
+	PollInterval metav1.Duration `json:"pollInterval,omitempty"`
+	// Window over which NVLink error rates are judged (default 1m).
+	Window metav1.Duration `json:"window,omitempty"`
+	// Thresholds in errors per second by counter: CRC_FLIT, CRC_DATA,
+	// REPLAY, RECOVERY; negative turns a counter off.
+	Thresholds map[string]float64 `json:"thresholds,omitempty"`
+	// FabricGrace is how long the fabric may be NOT_STARTED or IN_PROGRESS
+	// after the agent starts (default 10m).
+	FabricGrace metav1.Duration `json:"fabricGrace,omitempty"`
+}
+
+// DCGMConfig configures the dcgm source.
+type DCGMConfig struct {
+	// Mode is embedded (load libdcgm in the agent) or standalone (connect to
+	// nv-hostengine at Address). Default embedded.
+	Mode string `json:"mode,omitempty"`
+	// Address of nv-hostengine in standalone mode, host:port.
+	Address string `json:"address,omitempty"`
+	// PollInterval for fields and health checks (default 10s).
+	PollInterval metav1.Duration `json:"pollInterval,omitempty"`
+}
+
+// KmsgConfig configures the kmsg source.
+type KmsgConfig struct {
+	// Path of the kernel log device (default /dev/kmsg).
+	Path string `json:"path,omitempty"`
+}
+
+// IMEXConfig configures the imex source.
+type IMEXConfig struct {
+	// Command is the nvidia-imex-ctl binary (default: found on PATH).
+	Command string `json:"command,omitempty"`
+	// DaemonArgs ask for the local daemon's status (default ["-q"]).
+	DaemonArgs []string `json:"daemonArgs,omitempty"`
+	// DomainArgs ask for the domain's status (default ["-N", "-j"]).
+	DomainArgs []string `json:"domainArgs,omitempty"`
+	// Address, when set, targets that daemon (-i <address> 50005).
+	Address string `json:"address,omitempty"`
+	// Interval between probes (default 30s).
+	Interval metav1.Duration `json:"interval,omitempty"`
+	// Timeout of one probe (default 10s).
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+}
+
+// SpoolConfig configures the on-disk spool.
+type SpoolConfig struct {
+	// Dir is the spool directory, on a hostPath so it survives the pod
+	// (default /var/lib/gpuhealth/spool).
+	Dir string `json:"dir,omitempty"`
+	// MaxRecords bounds the findings kept (default 2048).
+	MaxRecords int `json:"maxRecords,omitempty"`
+}
+
+// PublishConfig configures writes to the apiserver.
+type PublishConfig struct {
+	// Window is the coalescing window: at most one write per event per
+	// window (default 5s).
+	Window metav1.Duration `json:"window,omitempty"`
+	// QPS and Burst are the client-side rate limit (default 20 and 50).
+	QPS   float32 `json:"qps,omitempty"`
+	Burst int     `json:"burst,omitempty"`
+}
+
+// DebounceConfig is one debounce rule.
+type DebounceConfig struct {
+	// Check the rule applies to, for example IMEXDaemon.
+	Check string `json:"check"`
+	// Code narrows the rule to one code.
+	Code string `json:"code,omitempty"`
+	// Occurrences within Window release the finding.
+	Occurrences int `json:"occurrences"`
+	// Window the occurrences must fall within.
+	Window metav1.Duration `json:"window"`
+}
+
+// Known source names.
+var knownSources = []string{"nvml", "dcgm", "kmsg", "imex"}
+
+// DefaultSources are run when the configuration names none.
+var DefaultSources = []string{"nvml", "kmsg", "imex"}
+
+// ParseConfig parses a configuration file strictly: an unknown field, a bad
+// duration or an unknown source is an error that names it.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return Config{}, fmt.Errorf("parsing monitor configuration: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Validate checks values that parse but make no sense.
+func (c *Config) Validate() error {
+	var errs []error
+	for _, s := range c.Sources {
+		if !slices.Contains(knownSources, s) {
+			errs = append(errs, fmt.Errorf("sources: unknown source %q (known: %s)", s, strings.Join(knownSources, ", ")))
+		}
+	}
+	for k := range c.NVML.Thresholds {
+		if !slices.Contains([]string{"CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY"}, k) {
+			errs = append(errs, fmt.Errorf("nvml.thresholds: unknown counter %q (known: CRC_FLIT, CRC_DATA, REPLAY, RECOVERY)", k))
+		}
+	}
+	if m := c.DCGM.Mode; m != "" && m != "embedded" && m != "standalone" {
+		errs = append(errs, fmt.Errorf("dcgm.mode: %q is neither embedded nor standalone", m))
+	}
+	if c.DCGM.Mode == "standalone" && c.DCGM.Address == "" {
+		errs = append(errs, errors.New("dcgm.address: required in standalone mode"))
+	}
+	for name, d := range map[string]metav1.Duration{
+		"nvml.pollInterval": c.NVML.PollInterval, "nvml.window": c.NVML.Window, "nvml.fabricGrace": c.NVML.FabricGrace,
+		"dcgm.pollInterval": c.DCGM.PollInterval, "imex.interval": c.IMEX.Interval, "imex.timeout": c.IMEX.Timeout,
+		"publish.window": c.Publish.Window,
+	} {
+		if d.Duration < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative", name))
+		}
+	}
+	if c.Spool.MaxRecords < 0 || c.Publish.Burst < 0 || c.Publish.QPS < 0 {
+		errs = append(errs, errors.New("spool.maxRecords, publish.qps and publish.burst must not be negative"))
+	}
+	for i, d := range c.Debounce {
+		if d.Check == "" || d.Occurrences < 1 || d.Window.Duration <= 0 {
+			errs = append(errs, fmt.Errorf("debounce[%d]: needs a check, occurrences of at least 1 and a positive window", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SourcesOrDefault returns the configured sources or DefaultSources.
+func (c *Config) SourcesOrDefault() []string {
+	if len(c.Sources) == 0 {
+		return DefaultSources
+	}
+	return c.Sources
+}
+
+// DebounceRules converts the debounce configuration for the pipeline.
+func (c *Config) DebounceRules() []pipeline.DebounceRule {
+	out := make([]pipeline.DebounceRule, 0, len(c.Debounce))
+	for _, d := range c.Debounce {
+		out = append(out, pipeline.DebounceRule{Check: checkOf(d.Check), Code: d.Code, Occurrences: d.Occurrences, Window: d.Window.Duration})
+	}
+	return out
+}
+
+// or returns d, or def when d is zero.
+func or(d metav1.Duration, def time.Duration) time.Duration {
+	if d.Duration == 0 {
+		return def
+	}
+	return d.Duration
+}
+
+func checkOf(s string) gpuhealthv1alpha1.Check { return gpuhealthv1alpha1.Check(s) }
+
+// Override sets every field that is set in o.
+func (c *Config) Override(o *Config) {
+	if o.NodeName != "" {
+		c.NodeName = o.NodeName
+	}
+	if len(o.Sources) > 0 {
+		c.Sources = o.Sources
+	}
+	if o.Spool.Dir != "" {
+		c.Spool.Dir = o.Spool.Dir
+	}
+	if o.NVML.LibraryPath != "" {
+		c.NVML.LibraryPath = o.NVML.LibraryPath
+	}
+	if o.Kmsg.Path != "" {
+		c.Kmsg.Path = o.Kmsg.Path
+	}
+	if o.MetricsAddr != "" {
+		c.MetricsAddr = o.MetricsAddr
+	}
+	if o.HealthAddr != "" {
+		c.HealthAddr = o.HealthAddr
+	}
+}

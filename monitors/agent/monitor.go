@@ -1,0 +1,165 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpuhealth/gpuhealth/monitors"
+	"github.com/gpuhealth/gpuhealth/monitors/pipeline"
+	"github.com/gpuhealth/gpuhealth/monitors/spool"
+)
+
+// Defaults for the publish configuration.
+const (
+	// DefaultQPS and DefaultBurst are the client-side rate limit. One node's
+	// agent writes a few objects a minute normally; a fault on all 8 GPUs
+	// with 18 links each is ~150 objects, written within seconds.
+	DefaultQPS   = 20
+	DefaultBurst = 50
+	// DefaultSpoolDir is where findings wait for the apiserver.
+	DefaultSpoolDir = "/var/lib/gpuhealth/spool"
+)
+
+// Monitor is the assembled node agent: sources, pipeline, spool and the
+// cache of its own Node.
+type Monitor struct {
+	agent    *Agent
+	pipeline *pipeline.Pipeline
+	cache    cache.Cache
+	log      logr.Logger
+	started  atomic.Bool
+}
+
+// New assembles the agent from its configuration. It opens the spool (and
+// replays what it holds once Run starts) but starts nothing.
+func New(ctx context.Context, cfg Config, restConfig *rest.Config, scheme *runtime.Scheme, log logr.Logger) (*Monitor, error) {
+	rc := rest.CopyConfig(restConfig)
+	rc.QPS, rc.Burst = DefaultQPS, DefaultBurst
+	if cfg.Publish.QPS > 0 {
+		rc.QPS = cfg.Publish.QPS
+	}
+	if cfg.Publish.Burst > 0 {
+		rc.Burst = cfg.Publish.Burst
+	}
+	rc.UserAgent = "gpuhealth-monitor"
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating the apiserver client: %w", err)
+	}
+	dir := cfg.Spool.Dir
+	if dir == "" {
+		dir = DefaultSpoolDir
+	}
+	sp, replay, problems, err := spool.Open(dir, cfg.Spool.MaxRecords)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range problems {
+		log.Error(p, "Unreadable spool record")
+	}
+	if len(replay) > 0 {
+		log.Info("Replaying findings the apiserver had not acknowledged", "records", len(replay))
+	}
+	p, err := pipeline.New(pipeline.Options{
+		NodeName: cfg.NodeName,
+		Client:   c,
+		Spool:    sp,
+		Replay:   replay,
+		Window:   cfg.Publish.Window.Duration,
+		Debounce: cfg.DebounceRules(),
+		Log:      log.WithName("pipeline"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	m := &Monitor{pipeline: p, log: log}
+	deps := sourceDeps{stateDir: dir, log: log}
+	if needsNode(cfg) {
+		// A cache of this node only: the imex source asks for its labels
+		// every interval without a request to the apiserver.
+		m.cache, err = cache.New(rc, cache.Options{
+			Scheme: scheme,
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", cfg.NodeName)},
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("creating the node cache: %w", err)
+		}
+		deps.nodeLabels = func(ctx context.Context) (map[string]string, error) {
+			var n corev1.Node
+			if err := m.cache.Get(ctx, client.ObjectKey{Name: cfg.NodeName}, &n); err != nil {
+				return nil, fmt.Errorf("reading node %s: %w", cfg.NodeName, err)
+			}
+			return n.Labels, nil
+		}
+	}
+	srcs, err := buildSources(ctx, cfg, deps)
+	if err != nil {
+		return nil, err
+	}
+	m.agent = &Agent{Sources: srcs, Report: p.Report, Log: log}
+	return m, nil
+}
+
+// Run runs the pipeline and the sources until ctx is done.
+func (m *Monitor) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 3)
+	running := 0
+	if m.cache != nil {
+		running++
+		go func() { errs <- m.cache.Start(ctx) }()
+		syncCtx, done := context.WithTimeout(ctx, time.Minute)
+		ok := m.cache.WaitForCacheSync(syncCtx)
+		done()
+		if !ok && ctx.Err() == nil {
+			m.log.Info("Node cache not synced after a minute; sources that read node labels retry")
+		}
+	}
+	running += 2
+	go func() { errs <- m.pipeline.Run(ctx) }()
+	go func() { errs <- m.agent.Run(ctx) }()
+	m.started.Store(true)
+	var err error
+	for range running {
+		e := <-errs
+		if e != nil && !errors.Is(e, context.Canceled) {
+			err = errors.Join(err, e)
+		}
+		cancel()
+	}
+	return err
+}
+
+// Healthz fails when a source died.
+func (m *Monitor) Healthz(r *http.Request) error { return m.agent.Healthz(r) }
+
+// Readyz is ready once the agent runs.
+func (m *Monitor) Readyz(_ *http.Request) error {
+	if !m.started.Load() {
+		return errors.New("starting")
+	}
+	return nil
+}
+
+// Pending returns the number of findings the apiserver is behind on.
+func (m *Monitor) Pending() int { return m.pipeline.Pending() }
+
+// States returns each source's state.
+func (m *Monitor) States() map[string]State { return m.agent.States() }
+
+var _ = monitors.ErrUnavailable

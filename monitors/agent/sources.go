@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/go-logr/logr"
+
+	"github.com/gpuhealth/gpuhealth/monitors"
+	"github.com/gpuhealth/gpuhealth/monitors/kmsg"
+	"github.com/gpuhealth/gpuhealth/monitors/nvml"
+)
+
+// sourceDeps is what sources need beyond their configuration.
+type sourceDeps struct {
+	// stateDir holds source state (the kmsg cursor).
+	stateDir string
+	// nodeLabels reads this node's labels; nil unless needsNode.
+	nodeLabels func(context.Context) (map[string]string, error)
+	log        logr.Logger
+}
+
+// needsNode reports whether a configured source reads the node's labels.
+func needsNode(cfg Config) bool {
+	return slices.Contains(cfg.SourcesOrDefault(), "imex")
+}
+
+// buildSources makes the configured sources, in the configured order.
+func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.Source, error) {
+	var out []monitors.Source
+	var nv *nvml.Source
+	names := cfg.SourcesOrDefault()
+	if slices.Contains(names, "nvml") {
+		thresholds := map[nvml.Counter]float64{}
+		for k, v := range cfg.NVML.Thresholds {
+			thresholds[nvml.Counter(k)] = v
+		}
+		nv = &nvml.Source{
+			LibraryPath:  cfg.NVML.LibraryPath,
+			PollInterval: cfg.NVML.PollInterval.Duration,
+			Window:       cfg.NVML.Window.Duration,
+			Thresholds:   thresholds,
+			FabricGrace:  cfg.NVML.FabricGrace.Duration,
+			Log:          deps.log.WithName("nvml"),
+		}
+	}
+	for _, name := range names {
+		switch name {
+		case "nvml":
+			out = append(out, nv)
+		case "kmsg":
+			k := &kmsg.Source{Path: cfg.Kmsg.Path, StateDir: deps.stateDir}
+			if nv != nil {
+				k.Resolver = nv.ResolvePCI
+			}
+			out = append(out, k)
+		default:
+			return nil, fmt.Errorf("source %q is not built into this agent", name)
+		}
+	}
+	return out, nil
+}
