@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -261,6 +262,11 @@ func (p *Pipeline) Pending() int {
 
 // Run publishes until ctx is done.
 func (p *Pipeline) Run(ctx context.Context) error {
+	// Learn the REST mapping now rather than on the first finding: the
+	// client discovers API groups lazily, which takes a second or more.
+	if _, err := p.opts.Client.RESTMapper().RESTMapping(schema.GroupKind{Group: gpuhealthv1alpha1.GroupVersion.Group, Kind: "NodeHealthEvent"}); err != nil {
+		p.opts.Log.V(1).Info("Discovering the NodeHealthEvent API failed; the first write retries", "error", err.Error())
+	}
 	work := make(chan string)
 	var wg sync.WaitGroup
 	for range p.opts.Workers {
