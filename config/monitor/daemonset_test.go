@@ -1,0 +1,49 @@
+package monitor_test
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The DaemonSet, as the apiserver stored it, runs the agent the way the
+// admission policy and the node-side sources assume.
+func TestDaemonSetRunsTheAgentAsThePolicyAssumes(t *testing.T) {
+	g := NewWithT(t)
+	ds := &appsv1.DaemonSet{}
+	g.Expect(admin.Get(context.Background(), client.ObjectKey{Namespace: monitorNamespace, Name: monitorSA}, ds)).To(Succeed())
+	pod := ds.Spec.Template.Spec
+
+	// The policy knows the agent by its service account and its node by the
+	// pod-bound token the kubelet mounts; a turned-off automount would leave
+	// the agent with no token, and a Secret token would be refused.
+	g.Expect(pod.ServiceAccountName).To(Equal(monitorSA))
+	g.Expect(pod.AutomountServiceAccountToken).To(Or(BeNil(), HaveValue(BeTrue())))
+
+	// It keeps running on quarantined and unreachable nodes.
+	g.Expect(pod.Tolerations).To(ContainElement(corev1.Toleration{Operator: corev1.TolerationOpExists}))
+	g.Expect(pod.NodeSelector).To(Equal(map[string]string{"nvidia.com/gpu.present": "true"}))
+
+	g.Expect(pod.Containers).To(HaveLen(1))
+	c := pod.Containers[0]
+	g.Expect(c.Args).To(ContainElements("--node-name=$(NODE_NAME)", "--spool-dir=/var/lib/gpuhealth/spool"))
+	g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
+	}}))
+
+	// Least privilege: one added capability, nothing privileged.
+	sc := c.SecurityContext
+	g.Expect(sc).NotTo(BeNil())
+	g.Expect(sc.Privileged).To(HaveValue(BeFalse()))
+	g.Expect(sc.AllowPrivilegeEscalation).To(HaveValue(BeFalse()))
+	g.Expect(sc.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()))
+	g.Expect(sc.Capabilities).To(Equal(&corev1.Capabilities{
+		Drop: []corev1.Capability{"ALL"},
+		Add:  []corev1.Capability{"SYSLOG"},
+	}))
+	g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "kmsg", MountPath: "/dev/kmsg", ReadOnly: true}))
+}

@@ -1,0 +1,286 @@
+package monitor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+// The suite runs a real kube-apiserver and etcd (envtest) with the CRDs from
+// config/crd, applies this folder's manifests (and the operator's RBAC from
+// config/rbac) as `kubectl apply -f` would, and then acts as the agent: with
+// service-account tokens from the TokenRequest API, bound to Pods on two
+// Nodes, and sent without the admin's client certificate.
+var (
+	testScheme     = runtime.NewScheme()
+	testEnv        *envtest.Environment
+	adminConfig    *rest.Config
+	admin          client.Client
+	adminClientset kubernetes.Interface
+
+	// The identities the tests act as, set by runSuite.
+	monitorA         *identity // gpuhealth-monitor, token bound to a Pod on node-a
+	monitorB         *identity // gpuhealth-monitor, token bound to a Pod on node-b
+	monitorUnbound   *identity // gpuhealth-monitor, token bound to no Pod
+	monitorElsewhere *identity // a gpuhealth-monitor installed in another namespace, Pod on node-a
+	operatorA        *identity // gpuhealth-operator, token bound to a Pod on node-a
+	adminIdentity    *identity // envtest's admin (client certificate, system:masters)
+)
+
+const (
+	monitorNamespace  = "gpuhealth-system"
+	otherNamespace    = "gpuhealth-canary"
+	monitorSA         = "gpuhealth-monitor"
+	operatorSA        = "gpuhealth-operator"
+	policyName        = "gpuhealth-monitor-own-node"
+	nodeA             = "node-a"
+	nodeB             = "node-b"
+	nodeNameExtra     = "authentication.kubernetes.io/node-name"
+	monitorUser       = "system:serviceaccount:gpuhealth-system:gpuhealth-monitor"
+	tokenLifetimeSecs = 3600
+)
+
+// identity is a credential the tests act with.
+type identity struct {
+	name      string
+	client    client.Client
+	clientset kubernetes.Interface
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run 'make test', or export KUBEBUILDER_ASSETS=$(hack/controlplane.sh | tail -1)")
+		return 1
+	}
+	ctrl.SetLogger(logr.Discard())
+	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
+		panic(err)
+	}
+	if err := gpuhealthv1alpha1.AddToScheme(testScheme); err != nil {
+		panic(err)
+	}
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "crd")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                testScheme,
+	}
+	cfg, err := testEnv.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := testEnv.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
+		}
+	}()
+	if err := setUp(context.Background(), cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "setting up: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// setUp installs the manifests and builds the identities the tests act as.
+func setUp(ctx context.Context, cfg *rest.Config) error {
+	adminConfig = cfg
+	var err error
+	if adminIdentity, err = newIdentity("admin", cfg); err != nil {
+		return err
+	}
+	admin, adminClientset = adminIdentity.client, adminIdentity.clientset
+
+	// What the user installs first: the namespace (config/manager) and,
+	// for the operator's identity, its RBAC (config/rbac).
+	for _, ns := range []string{monitorNamespace, otherNamespace} {
+		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	for _, dir := range []string{".", filepath.Join("..", "rbac")} {
+		if err := applyDir(ctx, dir); err != nil {
+			return err
+		}
+	}
+
+	// A second installation's identity: the same ClusterRole granted to a
+	// gpuhealth-monitor service account in another namespace.
+	if err := admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: monitorSA, Namespace: otherNamespace}}); err != nil {
+		return fmt.Errorf("creating service account %s/%s: %w", otherNamespace, monitorSA, err)
+	}
+	if err := admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpuhealth-monitor-" + otherNamespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: monitorSA},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: monitorSA, Namespace: otherNamespace}},
+	}); err != nil {
+		return fmt.Errorf("binding %s/%s: %w", otherNamespace, monitorSA, err)
+	}
+
+	for _, n := range []string{nodeA, nodeB} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"nvidia.com/gpu.present": "true"}}}
+		if err := admin.Create(ctx, node); err != nil {
+			return fmt.Errorf("creating node %s: %w", n, err)
+		}
+	}
+
+	// The Pods the tokens are bound to. They stay for the whole suite: the
+	// apiserver refuses a bound token once its Pod is gone. No kubelet runs
+	// them; binding needs only the Pod object and its spec.nodeName.
+	if monitorA, err = boundIdentity(ctx, "monitor on node-a", monitorNamespace, monitorSA, nodeA); err != nil {
+		return err
+	}
+	if monitorB, err = boundIdentity(ctx, "monitor on node-b", monitorNamespace, monitorSA, nodeB); err != nil {
+		return err
+	}
+	if monitorElsewhere, err = boundIdentity(ctx, "monitor in "+otherNamespace+" on node-a", otherNamespace, monitorSA, nodeA); err != nil {
+		return err
+	}
+	if operatorA, err = boundIdentity(ctx, "operator on node-a", monitorNamespace, operatorSA, nodeA); err != nil {
+		return err
+	}
+	token, err := requestToken(ctx, monitorNamespace, monitorSA, nil)
+	if err != nil {
+		return err
+	}
+	monitorUnbound, err = newIdentity("monitor with an unbound token", tokenConfig(token))
+	return err
+}
+
+// applyDir creates every object of every YAML file in dir, as
+// `kubectl apply -f dir` would on an empty cluster. Unknown fields are errors
+// (strict field validation), so a typo in a manifest fails the suite.
+func applyDir(ctx context.Context, dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no manifests in %s", dir)
+	}
+	slices.Sort(files)
+	for _, file := range files {
+		objs, err := readManifests(file)
+		if err != nil {
+			return err
+		}
+		for _, obj := range objs {
+			if err := admin.Create(ctx, obj, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+				return fmt.Errorf("applying %s %s from %s: %w", obj.GetKind(), obj.GetName(), file, err)
+			}
+		}
+	}
+	return nil
+}
+
+// readManifests decodes every document of a multi-document YAML file.
+func readManifests(file string) ([]*unstructured.Unstructured, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		err := dec.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", file, err)
+		}
+		if len(obj.Object) == 0 {
+			continue // an empty document, such as a trailing ---
+		}
+		objs = append(objs, obj)
+	}
+}
+
+// boundIdentity creates a Pod of service account sa on node and returns an
+// identity that authenticates with a token bound to that Pod: what the
+// kubelet mounts into the agent's container.
+func boundIdentity(ctx context.Context, name, namespace, sa, node string) (*identity, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: sa + "-" + node, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			NodeName:           node,
+			ServiceAccountName: sa,
+			Containers:         []corev1.Container{{Name: "main", Image: sa}},
+		},
+	}
+	if err := admin.Create(ctx, pod); err != nil {
+		return nil, fmt.Errorf("creating pod %s/%s: %w", namespace, pod.Name, err)
+	}
+	token, err := requestToken(ctx, namespace, sa, pod)
+	if err != nil {
+		return nil, err
+	}
+	return newIdentity(name, tokenConfig(token))
+}
+
+// requestToken asks the TokenRequest API for a token of sa, bound to pod
+// when pod is not nil.
+func requestToken(ctx context.Context, namespace, sa string, pod *corev1.Pod) (string, error) {
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To[int64](tokenLifetimeSecs),
+	}}
+	if pod != nil {
+		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{
+			Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID,
+		}
+	}
+	tr, err := adminClientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting a token for %s/%s: %w", namespace, sa, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// tokenConfig is the admin's connection (host and CA) with the token as the
+// only credential. A config that also carried the admin's client certificate
+// would authenticate as the admin instead.
+func tokenConfig(token string) *rest.Config {
+	cfg := rest.AnonymousClientConfig(adminConfig)
+	cfg.BearerToken = token
+	return cfg
+}
+
+func newIdentity(name string, cfg *rest.Config) (*identity, error) {
+	c, err := client.New(cfg, client.Options{Scheme: testScheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating a client for %s: %w", name, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating a clientset for %s: %w", name, err)
+	}
+	return &identity{name: name, client: c, clientset: cs}, nil
+}
