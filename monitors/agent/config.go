@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -200,13 +199,6 @@ func (c *Config) DebounceRules() []pipeline.DebounceRule {
 	return out
 }
 
-// or returns d, or def when d is zero.
-func or(d metav1.Duration, def time.Duration) time.Duration {
-	if d.Duration == 0 {
-		return def
-	}
-	return d.Duration
-}
 
 func checkOf(s string) gpuhealthv1alpha1.Check { return gpuhealthv1alpha1.Check(s) }
 

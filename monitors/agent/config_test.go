@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr string
+		check   func(g Gomega, c Config)
+	}{
+		{name: "an empty file gives the defaults", yaml: "", check: func(g Gomega, c Config) {
+			g.Expect(c.SourcesOrDefault()).To(Equal([]string{"nvml", "kmsg", "imex"}))
+		}},
+		{name: "every section parses", yaml: `
+nodeName: gpu-1
+sources: [nvml, dcgm]
+nvml: {pollInterval: 5s, window: 30s, thresholds: {CRC_FLIT: 50, RECOVERY: -1}, fabricGrace: 2m}
+dcgm: {mode: standalone, address: "hostengine:5555"}
+kmsg: {path: /dev/kmsg}
+imex: {command: /usr/bin/nvidia-imex-ctl, interval: 15s}
+spool: {dir: /var/lib/gpuhealth/spool, maxRecords: 100}
+publish: {window: 2s, qps: 5, burst: 10}
+debounce: [{check: IMEXDaemon, occurrences: 2, window: 90s}]
+`, check: func(g Gomega, c Config) {
+			g.Expect(c.NVML.PollInterval.Duration).To(Equal(5 * time.Second))
+			g.Expect(c.NVML.Thresholds).To(HaveKeyWithValue("RECOVERY", -1.0))
+			g.Expect(c.DebounceRules()).To(HaveLen(1))
+			g.Expect(c.DebounceRules()[0].Window).To(Equal(90 * time.Second))
+		}},
+		{name: "an unknown field is an error that names it", yaml: "pollInterval: 5s", wantErr: `unknown field "pollInterval"`},
+		{name: "an unknown source is named", yaml: "sources: [nvml, gpu]", wantErr: `unknown source "gpu"`},
+		{name: "a bad duration is an error", yaml: "nvml: {pollInterval: often}", wantErr: "often"},
+		{name: "a negative duration is an error", yaml: "publish: {window: -1s}", wantErr: "publish.window: must not be negative"},
+		{name: "an unknown counter is named", yaml: "nvml: {thresholds: {CRC: 1}}", wantErr: `unknown counter "CRC"`},
+		{name: "standalone DCGM needs an address", yaml: "dcgm: {mode: standalone}", wantErr: "dcgm.address: required"},
+		{name: "a debounce rule needs a window", yaml: "debounce: [{check: XID, occurrences: 3}]", wantErr: "debounce[0]"},
+		{name: "not YAML at all", yaml: "{{{", wantErr: "parsing monitor configuration"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c, err := ParseConfig([]byte(tt.yaml))
+			if tt.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			if tt.check != nil {
+				tt.check(g, c)
+			}
+		})
+	}
+}
+
+func TestOverride(t *testing.T) {
+	g := NewWithT(t)
+	c := Config{NodeName: "from-file", Sources: []string{"kmsg"}, Spool: SpoolConfig{Dir: "/a"}}
+	c.Override(&Config{NodeName: "from-flag", Spool: SpoolConfig{Dir: "/b"}})
+	g.Expect(c.NodeName).To(Equal("from-flag"))
+	g.Expect(c.Sources).To(Equal([]string{"kmsg"}), "an unset flag keeps the file's value")
+	g.Expect(c.Spool.Dir).To(Equal("/b"))
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("sources: [nvml]\nnvml: {pollInterval: 5s}\n"))
+	f.Add([]byte("debounce: [{check: XID, occurrences: 2, window: 1m}]"))
+	f.Add([]byte("publish: {qps: -1}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err == nil {
+			// Whatever parses is valid and usable.
+			if verr := c.Validate(); verr != nil {
+				t.Fatalf("ParseConfig accepted a configuration Validate rejects: %v", verr)
+			}
+			_ = c.DebounceRules()
+		}
+	})
+}
