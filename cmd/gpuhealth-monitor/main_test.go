@@ -1,0 +1,403 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/monitors/fakenvml"
+)
+
+// The whole-process test: the real gpuhealth-monitor binary, loading the
+// fake NVML library through go-nvml's real code path, against a real
+// apiserver (envtest) reached through a TCP proxy the test can cut.
+
+var (
+	testScheme = runtime.NewScheme()
+	admin      client.Client
+	binary     string
+	library    string
+	kubeconfig []byte
+	apiAddr    string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run 'make test', or export KUBEBUILDER_ASSETS=$(hack/controlplane.sh | tail -1)")
+		return 1
+	}
+	if err := gpuhealthv1alpha1.AddToScheme(testScheme); err != nil {
+		panic(err)
+	}
+	tmp, err := os.MkdirTemp("", "gpuhealth-monitor-test-")
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	binary = filepath.Join(tmp, "gpuhealth-monitor")
+	if out, err := exec.Command("go", "build", "-o", binary, "github.com/gpuhealth/gpuhealth/cmd/gpuhealth-monitor").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building gpuhealth-monitor: %v\n%s\n", err, out)
+		return 1
+	}
+	if library, err = fakenvml.Build(tmp); err != nil {
+		fmt.Fprintf(os.Stderr, "building the fake NVML library: %v\n", err)
+		return 1
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                testScheme,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if admin, err = client.New(cfg, client.Options{Scheme: testScheme}); err != nil {
+		fmt.Fprintf(os.Stderr, "creating client: %v\n", err)
+		return 1
+	}
+	user, err := env.AddUser(envtest.User{Name: "monitor-test", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "adding a user: %v\n", err)
+		return 1
+	}
+	if kubeconfig, err = user.KubeConfig(); err != nil {
+		fmt.Fprintf(os.Stderr, "writing a kubeconfig: %v\n", err)
+		return 1
+	}
+	u, err := url.Parse(cfg.Host)
+	if err != nil || u.Host == "" {
+		fmt.Fprintf(os.Stderr, "parsing the apiserver address %q: %v\n", cfg.Host, err)
+		return 1
+	}
+	apiAddr = u.Host
+	SetDefaultEventuallyTimeout(20 * time.Second)
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	return m.Run()
+}
+
+// proxy forwards TCP connections to the apiserver until it is cut; it can be
+// restored on the same address, which plays an apiserver outage.
+type proxy struct {
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]struct{}
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	p := &proxy{target: target, conns: map[net.Conn]struct{}{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+}
+
+// cut closes the listener and every open connection.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = map[net.Conn]struct{}{}
+}
+
+// restore listens again on the same address.
+func (p *proxy) restore(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serve(ln)
+}
+
+// node is one fake GPU node: its scenario file, spool, kubeconfig and the
+// monitor process.
+type node struct {
+	t        *testing.T
+	name     string
+	dir      string
+	scenario string
+	config   string
+	kubecfg  string
+	health   string
+	metrics  string
+	cmd      *exec.Cmd
+	log      *os.File
+}
+
+const (
+	gpu0 = "GPU-0d1c2b3a-0000-4000-8000-000000000000"
+	gpu1 = "GPU-0d1c2b3a-1111-4000-8000-111111111111"
+)
+
+func newNode(t *testing.T, name, server string) *node {
+	t.Helper()
+	n := &node{t: t, name: name, dir: t.TempDir()}
+	n.scenario = filepath.Join(n.dir, "scenario.txt")
+	writeFile(t, n.scenario, fmt.Sprintf(`# two GPUs with four NVLinks each and a healthy fabric
+device index=0 uuid=%s pci=0000:3b:00.0 name="NVIDIA H200" links=4
+device index=1 uuid=%s pci=0000:5e:00.0 name="NVIDIA H200" links=4
+fabric device=0 state=completed health=healthy status=success clique=7
+fabric device=1 state=completed health=healthy status=success clique=7
+`, gpu0, gpu1))
+	n.config = filepath.Join(n.dir, "monitor.yaml")
+	writeFile(t, n.config, `
+sources: [nvml]
+nvml: {pollInterval: 100ms, window: 1s, thresholds: {CRC_FLIT: 1000}}
+publish: {window: 200ms}
+`)
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = "https://" + server
+	}
+	n.kubecfg = filepath.Join(n.dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, n.kubecfg); err != nil {
+		t.Fatal(err)
+	}
+	n.health, n.metrics = freePort(t), freePort(t)
+	t.Cleanup(n.stop)
+	return n
+}
+
+// start runs the monitor binary.
+func (n *node) start() {
+	n.t.Helper()
+	log, err := os.OpenFile(filepath.Join(n.dir, "monitor.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.log = log
+	n.cmd = exec.Command(binary,
+		"--kubeconfig="+n.kubecfg, "--node-name="+n.name, "--config="+n.config,
+		"--nvml-library="+library, "--spool-dir="+filepath.Join(n.dir, "spool"),
+		"--health-probe-bind-address="+n.health, "--metrics-bind-address="+n.metrics, "--zap-devel")
+	n.cmd.Env = append(os.Environ(), fakenvml.ScenarioEnv+"="+n.scenario)
+	n.cmd.Stdout, n.cmd.Stderr = log, log
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	NewWithT(n.t).Eventually(func() error { return get("http://" + n.health + "/readyz") }).Should(Succeed())
+}
+
+// stop ends the monitor with SIGTERM, as the kubelet does.
+func (n *node) stop() {
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = n.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-done
+	}
+	n.cmd = nil
+	_ = n.log.Close()
+	if n.t.Failed() {
+		b, _ := os.ReadFile(filepath.Join(n.dir, "monitor.log"))
+		n.t.Logf("monitor log:\n%s", b)
+	}
+}
+
+// inject appends scenario lines; the fake library reads them within 100 ms.
+func (n *node) inject(lines ...string) {
+	n.t.Helper()
+	f, err := os.OpenFile(n.scenario, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	for _, l := range lines {
+		if _, err := f.WriteString(l + "\n"); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+}
+
+// event returns a function for Eventually that reads one event of this node.
+func (n *node) event(check gpuhealthv1alpha1.Check, component, code string) func(Gomega) *gpuhealthv1alpha1.NodeHealthEvent {
+	name := gpuhealthv1alpha1.EventName(n.name, gpuhealthv1alpha1.SourceNVML, check, component, code)
+	return func(g Gomega) *gpuhealthv1alpha1.NodeHealthEvent {
+		var e gpuhealthv1alpha1.NodeHealthEvent
+		g.Expect(admin.Get(context.Background(), client.ObjectKey{Name: name}, &e)).To(Succeed())
+		return &e
+	}
+}
+
+func (n *node) spooled() int {
+	entries, _ := os.ReadDir(filepath.Join(n.dir, "spool"))
+	c := 0
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".json") {
+			c++
+		}
+	}
+	return c
+}
+
+func TestMonitorProcess(t *testing.T) {
+	g := NewWithT(t)
+	p := newProxy(t, apiAddr)
+	n := newNode(t, "gpu-node-1", p.addr)
+	n.start()
+
+	t.Run("an injected XID 79 becomes a Fatal event about the right GPU", func(t *testing.T) {
+		g := NewWithT(t)
+		n.inject(fmt.Sprintf("xid device=0 code=79 at=%s", fakenvml.At(time.Now())))
+		g.Eventually(n.event(gpuhealthv1alpha1.CheckXID, gpu0, "79")).Should(WithTransform(
+			func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(1))))
+		e := n.event(gpuhealthv1alpha1.CheckXID, gpu0, "79")(g)
+		g.Expect(e.Spec.NodeName).To(Equal("gpu-node-1"))
+		g.Expect(e.Spec.Component).To(Equal(gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: gpu0}))
+		g.Expect(e.Spec.Severity).To(Equal(gpuhealthv1alpha1.SeverityFatal))
+		g.Expect(e.Spec.RecommendedAction).To(Equal(gpuhealthv1alpha1.ActionRebootNode))
+	})
+
+	t.Run("a CRC-rate burst becomes a Degraded NVLink finding that resolves when the rate drops", func(t *testing.T) {
+		g := NewWithT(t)
+		link := gpu1 + "/link-2"
+		n.inject(fmt.Sprintf("nvlink device=1 link=2 counter=crc_flit rate=5000 from=%s for=2s", fakenvml.At(time.Now())))
+		g.Eventually(n.event(gpuhealthv1alpha1.CheckNVLinkErrors, link, "CRC_FLIT")).Should(WithTransform(
+			func(e *gpuhealthv1alpha1.NodeHealthEvent) bool { return e.Status.Count >= 1 && !e.Status.Resolved }, BeTrue()))
+		e := n.event(gpuhealthv1alpha1.CheckNVLinkErrors, link, "CRC_FLIT")(g)
+		g.Expect(e.Spec.Severity).To(Equal(gpuhealthv1alpha1.SeverityDegraded))
+		g.Expect(e.Spec.Component.Kind).To(Equal(gpuhealthv1alpha1.ComponentNVLink))
+		g.Eventually(n.event(gpuhealthv1alpha1.CheckNVLinkErrors, link, "CRC_FLIT")).Should(WithTransform(
+			func(e *gpuhealthv1alpha1.NodeHealthEvent) bool { return e.Status.Resolved }, BeTrue()))
+	})
+
+	t.Run("an unhealthy fabric becomes a Fatal Fabric finding", func(t *testing.T) {
+		g := NewWithT(t)
+		n.inject(fmt.Sprintf("fabric device=1 state=completed health=unhealthy status=success clique=7 at=%s", fakenvml.At(time.Now())))
+		g.Eventually(n.event(gpuhealthv1alpha1.CheckFabric, gpu1, "UNHEALTHY")).Should(WithTransform(
+			func(e *gpuhealthv1alpha1.NodeHealthEvent) gpuhealthv1alpha1.Severity { return e.Spec.Severity }, Equal(gpuhealthv1alpha1.SeverityFatal)))
+	})
+
+	t.Run("findings made during an apiserver outage survive a restart and arrive once", func(t *testing.T) {
+		g := NewWithT(t)
+		p.cut()
+		n.inject(fmt.Sprintf("xid device=1 code=48 at=%s", fakenvml.At(time.Now())))
+		g.Eventually(n.spooled).Should(BeNumerically(">=", 1), "the finding waits in the spool")
+		n.stop()
+		n.start()
+		p.restore(t)
+		xid48 := n.event(gpuhealthv1alpha1.CheckXID, gpu1, "48")
+		g.Eventually(xid48).Should(WithTransform(
+			func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(1))))
+		g.Eventually(n.spooled).Should(BeZero())
+		g.Consistently(xid48, time.Second).Should(WithTransform(
+			func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(1))), "not counted twice")
+		g.Expect(n.event(gpuhealthv1alpha1.CheckXID, gpu0, "79")(g).Status.Count).To(Equal(int64(1)), "the restarted monitor does not see old XIDs again")
+	})
+
+	t.Run("metrics count the findings by source, check and severity", func(t *testing.T) {
+		g := NewWithT(t)
+		body, err := fetch("http://" + n.metrics + "/metrics")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(body).To(ContainSubstring(`gpuhealth_monitor_source_up{source="nvml"} 1`))
+		g.Expect(body).To(ContainSubstring(`gpuhealth_monitor_spool_records 0`))
+		g.Expect(body).To(ContainSubstring("gpuhealth_monitor_publish_latency_seconds_bucket"))
+	})
+	g.Expect(get("http://" + n.health + "/healthz")).To(Succeed())
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String()
+}
+
+func fetch(url string) (string, error) {
+	resp, err := http.Get(url) //nolint:gosec // a test URL on localhost
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+	}
+	return string(b), err
+}
+
+func get(url string) error {
+	_, err := fetch(url)
+	return err
+}
