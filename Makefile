@@ -10,6 +10,9 @@ SHELL := /usr/bin/env bash -o pipefail
 .DEFAULT_GOAL := build
 
 export GOTOOLCHAIN := local
+# go-nvml's cgo wrappers call NVML functions NVIDIA marks deprecated; the
+# warnings say nothing about this project.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
@@ -44,8 +47,12 @@ build-operator: ## Build gpuhealth-operator (static, CGO_ENABLED=0).
 
 .PHONY: build-monitor
 build-monitor: ## Build gpuhealth-monitor (cgo: go-nvml and go-dcgm dlopen their libraries).
-	@if [ -d cmd/gpuhealth-monitor ]; then CGO_ENABLED=1 go build -trimpath -o $(OUTPUT)/bin/gpuhealth-monitor ./cmd/gpuhealth-monitor; \
-	else echo "cmd/gpuhealth-monitor does not exist yet (monitor agent issue)"; fi
+	CGO_ENABLED=1 go build -trimpath -o $(OUTPUT)/bin/gpuhealth-monitor ./cmd/gpuhealth-monitor
+
+.PHONY: fakenvml
+fakenvml: ## Build the fake NVML library (libnvidia-ml.so.1, driven by a scenario file) for tests and the demo.
+	mkdir -p $(OUTPUT)/fakenvml
+	gcc -shared -fPIC -O2 -Wall -Wextra -o $(OUTPUT)/fakenvml/libnvidia-ml.so.1 monitors/fakenvml/*.c -lpthread
 
 ##@ Development
 
