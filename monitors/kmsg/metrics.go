@@ -1,0 +1,31 @@
+package kmsg
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+const labelResult = "result"
+
+// Values of the result label.
+const (
+	resultFinding   = "finding"
+	resultIgnored   = "ignored"
+	resultMalformed = "malformed"
+)
+
+var (
+	lines = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuhealth_monitor_kmsg_lines_total",
+		Help: "Number of kernel log records read, by result: finding, ignored (not ours, or already processed before a restart) or malformed.",
+	}, []string{labelResult})
+
+	overruns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "gpuhealth_monitor_kmsg_overruns_total",
+		Help: "Number of times the kernel overwrote records in its ring buffer before the monitor read them.",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(lines, overruns)
+}

@@ -1,0 +1,321 @@
+package kmsg
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind says what a parsed kernel log record is about.
+type Kind string
+
+const (
+	// KindNone is a record that is not ours: any kernel line other than an
+	// NVIDIA XID or an NVSwitch SXid headline, a dictionary continuation
+	// line, or an empty line.
+	KindNone Kind = ""
+	// KindXID is an NVIDIA driver XID line ("NVRM: Xid (PCI:…): 79, …").
+	KindXID Kind = "XID"
+	// KindSXID is an NVSwitch SXid headline
+	// ("nvidia-nvswitch3: SXid (PCI:…): 20034, Fatal, …").
+	KindSXID Kind = "SXID"
+)
+
+// Limits on the numbers a well-formed line carries. The XID catalog ends in
+// the 170s and NVIDIA documents XIDs with at most three digits; SXids have
+// five (for example 20034), so anything longer is a line we misread.
+const (
+	maxXID  = 999
+	maxSXID = 99999
+)
+
+// ErrMalformed marks a record that looks like ours (it has the XID or SXid
+// marker, or it is a record at all) but cannot be read: a bad record prefix, a
+// missing or non-numeric code, a code out of range, a bad PCI address.
+var ErrMalformed = errors.New("malformed kernel log record")
+
+// Entry is one parsed /dev/kmsg record.
+type Entry struct {
+	// Seq is the record's sequence number, unique and increasing within one
+	// boot. It is set whenever the record prefix was readable.
+	Seq uint64
+	// Timestamp is when the kernel logged the record, as time since boot
+	// (the kernel's monotonic clock, microsecond resolution).
+	Timestamp time.Duration
+	// Kind is what the record is about; KindNone means "not ours" and leaves
+	// the fields below empty.
+	Kind Kind
+	// PCIBusID is the GPU's (XID) or NVSwitch's (SXid) PCI address in the
+	// canonical form NormalizePCIBusID returns, for example "0000:3b:00.0".
+	PCIBusID string
+	// Code is the XID or SXid number.
+	Code int
+	// Fatal is true for an SXid the driver marked "Fatal"; always false for
+	// XIDs, whose severity the pipeline looks up in api/xid.
+	Fatal bool
+	// Link is the NVSwitch port an SXid names ("Link 30 …"), or -1 when the
+	// line names none. Always -1 for XIDs.
+	Link int
+	// Text is everything after the code (after the fatal flag for an SXid),
+	// for example "pid=1234, name=python, GPU has fallen off the bus.".
+	// XID 154's recovery action is decoded from it.
+	Text string
+}
+
+// Parse reads one /dev/kmsg record: "<priority>,<seq>,<timestamp_us>,<flags>[,…];<message>".
+// Only the first line counts: the dictionary lines that follow it (and that
+// start with a space, such as " SUBSYSTEM=pci") are ignored, and a
+// continuation line on its own is not ours.
+//
+// A record whose message is neither an NVRM XID line nor an NVSwitch SXid
+// headline returns KindNone and a nil error. SXid detail lines (the
+// "Severity …" and "Data {…}" lines the driver prints after the headline)
+// repeat the headline's SXid and are not ours either. A record that cannot be
+// read returns an error wrapping ErrMalformed; the Seq and Timestamp of the
+// returned Entry are still set when its prefix was readable.
+func Parse(record string) (Entry, error) {
+	line, _, _ := strings.Cut(record, "\n")
+	if strings.TrimSpace(line) == "" || line[0] == ' ' || line[0] == '\t' {
+		return Entry{Link: -1}, nil
+	}
+	h, msg, err := parseHeader(line)
+	if err != nil {
+		return Entry{Link: -1}, err
+	}
+	e := Entry{Seq: h.seq, Timestamp: h.timestamp, Link: -1}
+	msg = strings.TrimRight(msg, "\r")
+
+	// Whichever marker comes first decides, so that text quoted inside one
+	// kind of line cannot turn it into the other.
+	x := strings.Index(msg, xidMarker)
+	sx := sxidIndex(msg)
+	switch {
+	case sx >= 0 && (x < 0 || sx < x):
+		return parseSXid(e, msg[sx+len(sxidMarker):])
+	case x >= 0:
+		return parseXID(e, msg[x+len(xidMarker):])
+	}
+	return e, nil
+}
+
+// sxidMarker starts the part of an NVSwitch line that matters; the driver
+// puts the device name ("nvidia-nvswitch3: ") before it.
+const sxidMarker = "SXid"
+
+// sxidIndex returns where the first "SXid" that continues like an SXid line
+// (optional spaces, then the parenthesised address) starts, or -1.
+func sxidIndex(msg string) int {
+	off := 0
+	for {
+		i := strings.Index(msg[off:], sxidMarker)
+		if i < 0 {
+			return -1
+		}
+		i += off
+		if strings.HasPrefix(strings.TrimLeft(msg[i+len(sxidMarker):], " "), "(") {
+			return i
+		}
+		off = i + len(sxidMarker)
+	}
+}
+
+// xidMarker starts every XID line the NVIDIA driver prints.
+const xidMarker = "NVRM: Xid"
+
+// header is a record's prefix.
+type header struct {
+	seq       uint64
+	timestamp time.Duration
+}
+
+// parseHeader splits a record into its prefix and message. The kernel
+// documents the prefix in Documentation/ABI/testing/dev-kmsg: comma-separated
+// priority (syslog facility*8 + level), sequence number, timestamp in
+// microseconds since boot, and flags, possibly followed by more fields.
+func parseHeader(line string) (header, string, error) {
+	prefix, msg, ok := strings.Cut(line, ";")
+	if !ok {
+		return header{}, "", fmt.Errorf("%w: no ';' after the record prefix", ErrMalformed)
+	}
+	fields := strings.Split(prefix, ",")
+	if len(fields) < 3 {
+		return header{}, "", fmt.Errorf("%w: record prefix %q has fewer than 3 fields", ErrMalformed, truncate(prefix))
+	}
+	if _, err := strconv.ParseUint(fields[0], 10, 16); err != nil {
+		return header{}, "", fmt.Errorf("%w: record priority %q is not a number", ErrMalformed, truncate(fields[0]))
+	}
+	seq, err := strconv.ParseUint(fields[1], 10, 64)
+	if err != nil {
+		return header{}, "", fmt.Errorf("%w: record sequence %q is not a number", ErrMalformed, truncate(fields[1]))
+	}
+	us, err := strconv.ParseUint(fields[2], 10, 63)
+	if err != nil || us > uint64(maxTimestamp/time.Microsecond) {
+		return header{}, "", fmt.Errorf("%w: record timestamp %q is not a number of microseconds", ErrMalformed, truncate(fields[2]))
+	}
+	return header{seq: seq, timestamp: time.Duration(us) * time.Microsecond}, msg, nil
+}
+
+// maxTimestamp is the longest uptime a record may claim, so that the
+// conversion to a Duration cannot overflow: a century.
+const maxTimestamp = 100 * 365 * 24 * time.Hour
+
+// parseXID reads what follows "NVRM: Xid": " (PCI:0000:3b:00): 79, text".
+func parseXID(e Entry, rest string) (Entry, error) {
+	bus, code, text, err := parseAddressAndCode(rest, maxXID)
+	if err != nil {
+		return e, fmt.Errorf("%w: XID line: %w", ErrMalformed, err)
+	}
+	e.Kind, e.PCIBusID, e.Code, e.Text = KindXID, bus, code, text
+	return e, nil
+}
+
+// parseSXid reads what follows "SXid":
+// " (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up".
+func parseSXid(e Entry, rest string) (Entry, error) {
+	bus, code, text, err := parseAddressAndCode(rest, maxSXID)
+	if err != nil {
+		return e, fmt.Errorf("%w: SXid line: %w", ErrMalformed, err)
+	}
+	flag, detail, _ := strings.Cut(text, ",")
+	var fatal bool
+	switch strings.ToLower(strings.TrimSpace(flag)) {
+	case "fatal":
+		fatal = true
+	case "non-fatal", "nonfatal", "non fatal":
+		fatal = false
+	default:
+		// A detail line for the SXid the headline reported.
+		return Entry{Seq: e.Seq, Timestamp: e.Timestamp, Link: -1}, nil
+	}
+	e.Kind, e.PCIBusID, e.Code, e.Fatal = KindSXID, bus, code, fatal
+	e.Text = strings.TrimSpace(detail)
+	e.Link = linkOf(e.Text)
+	return e, nil
+}
+
+// parseAddressAndCode reads " (<address>): <code>[, <text>]" and returns the
+// canonical bus id, the code and the text.
+func parseAddressAndCode(rest string, maxCode int) (string, int, string, error) {
+	rest = strings.TrimLeft(rest, " ")
+	if !strings.HasPrefix(rest, "(") {
+		return "", 0, "", errors.New("no '(' before the PCI address")
+	}
+	addr, after, ok := strings.Cut(rest[1:], ")")
+	if !ok {
+		return "", 0, "", errors.New("no ')' after the PCI address")
+	}
+	bus, err := NormalizePCIBusID(addr)
+	if err != nil {
+		return "", 0, "", err
+	}
+	after, ok = strings.CutPrefix(after, ":")
+	if !ok {
+		return "", 0, "", errors.New("no ':' after the PCI address")
+	}
+	after = strings.TrimLeft(after, " ")
+	n := 0
+	for n < len(after) && after[n] >= '0' && after[n] <= '9' {
+		n++
+	}
+	if n == 0 {
+		return "", 0, "", fmt.Errorf("code %q is not a number", truncate(after))
+	}
+	// More digits than the limit has cannot be in range; stop before Atoi
+	// so that a huge number is an out-of-range error, not an overflow.
+	if n > len(strconv.Itoa(maxCode)) {
+		return "", 0, "", fmt.Errorf("code %s is over %d", truncate(after[:n]), maxCode)
+	}
+	code, _ := strconv.Atoi(after[:n])
+	if code > maxCode {
+		return "", 0, "", fmt.Errorf("code %d is over %d", code, maxCode)
+	}
+	text := after[n:]
+	switch {
+	case strings.TrimSpace(text) == "":
+		text = ""
+	case text[0] == ',':
+		text = strings.TrimSpace(text[1:])
+	default:
+		return "", 0, "", fmt.Errorf("code %q is not a number", truncate(after))
+	}
+	return bus, code, text, nil
+}
+
+// linkOf returns the port number in an SXid text that starts with
+// "Link <n>", or -1.
+func linkOf(text string) int {
+	rest, ok := strings.CutPrefix(text, "Link ")
+	if !ok {
+		return -1
+	}
+	n := 0
+	for n < len(rest) && n < 4 && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 || (n < len(rest) && rest[n] >= '0' && rest[n] <= '9') {
+		return -1
+	}
+	l, _ := strconv.Atoi(rest[:n])
+	return l
+}
+
+// NormalizePCIBusID returns a PCI address in the canonical form this package
+// reports, "dddd:bb:dd.f" in lowercase hex (for example "0000:3b:00.0"). It
+// accepts the forms the driver and NVML print: an optional "PCI:" prefix,
+// a domain of up to 8 hex digits or none (domain 0), and an optional function
+// (function 0): "PCI:0000:3b:00", "0000:3b:00", "3b:00.0",
+// "00000000:3B:00.0". Use it on both sides of a resolver, so that the NVML
+// bus id and the kernel's compare equal.
+func NormalizePCIBusID(s string) (string, error) {
+	orig := s
+	s = strings.TrimSpace(s)
+	if len(s) >= 4 && strings.EqualFold(s[:4], "PCI:") {
+		s = s[4:]
+	}
+	parts := strings.Split(s, ":")
+	var domainStr, busStr, slot string
+	switch len(parts) {
+	case 2:
+		domainStr, busStr, slot = "0", parts[0], parts[1]
+	case 3:
+		domainStr, busStr, slot = parts[0], parts[1], parts[2]
+	default:
+		return "", fmt.Errorf("PCI address %q is not [domain:]bus:device[.function]", truncate(orig))
+	}
+	devStr, fnStr, hasFn := strings.Cut(slot, ".")
+	if !hasFn {
+		fnStr = "0"
+	}
+	domain, err1 := parseHex(domainStr, 8, 0xffffffff)
+	bus, err2 := parseHex(busStr, 2, 0xff)
+	dev, err3 := parseHex(devStr, 2, 0x1f)
+	fn, err4 := parseHex(fnStr, 1, 0x7)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return "", fmt.Errorf("PCI address %q is not [domain:]bus:device[.function]", truncate(orig))
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.%x", domain, bus, dev, fn), nil
+}
+
+// parseHex reads 1 to maxDigits hex digits with a value of at most maxValue.
+func parseHex(s string, maxDigits int, maxValue uint64) (uint64, error) {
+	if s == "" || len(s) > maxDigits {
+		return 0, errors.New("bad hex field")
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || v > maxValue {
+		return 0, errors.New("bad hex field")
+	}
+	return v, nil
+}
+
+// truncate shortens text quoted in errors, so that a garbage line cannot
+// make a huge error message or log entry.
+func truncate(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	return s[:limit] + "…"
+}

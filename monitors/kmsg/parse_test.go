@@ -1,0 +1,332 @@
+package kmsg
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		name    string
+		record  string
+		want    Entry
+		wantErr string
+	}{
+		{
+			name:   "An XID 79 with pid and name gives the GPU, the code and the text.",
+			record: "3,1234,5000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+			want: Entry{Seq: 1234, Timestamp: 5 * time.Second, Kind: KindXID, PCIBusID: "0000:3b:00.0", Code: 79, Link: -1,
+				Text: "pid=1234, name=python, GPU has fallen off the bus."},
+		},
+		{
+			name:   "An XID 13 without pid and name keeps the whole text.",
+			record: "4,17,123456789,-;NVRM: Xid (PCI:0000:b7:00): 13, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address",
+			want: Entry{Seq: 17, Timestamp: 123456789 * time.Microsecond, Kind: KindXID, PCIBusID: "0000:b7:00.0", Code: 13, Link: -1,
+				Text: "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address"},
+		},
+		{
+			name:   "An XID whose address has no PCI prefix is read the same.",
+			record: "4,18,1,-;NVRM: Xid (0000:3b:00): 31, pid=77, name=train, Ch 00000010, intr 00000000. MMU Fault",
+			want: Entry{Seq: 18, Timestamp: time.Microsecond, Kind: KindXID, PCIBusID: "0000:3b:00.0", Code: 31, Link: -1,
+				Text: "pid=77, name=train, Ch 00000010, intr 00000000. MMU Fault"},
+		},
+		{
+			name:   "An XID whose address has no domain gets domain 0.",
+			record: "4,19,1,-;NVRM: Xid (PCI:3b:00): 48, An uncorrectable double bit error",
+			want: Entry{Seq: 19, Timestamp: time.Microsecond, Kind: KindXID, PCIBusID: "0000:3b:00.0", Code: 48, Link: -1,
+				Text: "An uncorrectable double bit error"},
+		},
+		{
+			name:   "An XID with an upper-case address and a function is lowered.",
+			record: "4,20,1,-;NVRM: Xid (PCI:0001:B7:1F.3): 94, Contained ECC error",
+			want: Entry{Seq: 20, Timestamp: time.Microsecond, Kind: KindXID, PCIBusID: "0001:b7:1f.3", Code: 94, Link: -1,
+				Text: "Contained ECC error"},
+		},
+		{
+			name:   "An XID 154 keeps the recovery action text for the catalog's decode.",
+			record: "4,21,1,-;NVRM: Xid (PCI:0000:3b:00): 154, pid='<unknown>', name=<unknown>, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+			want: Entry{Seq: 21, Timestamp: time.Microsecond, Kind: KindXID, PCIBusID: "0000:3b:00.0", Code: 154, Link: -1,
+				Text: "pid='<unknown>', name=<unknown>, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"},
+		},
+		{
+			name:   "An XID with no text after the code is still an XID.",
+			record: "4,22,1,-;NVRM: Xid (PCI:0000:3b:00): 79",
+			want:   Entry{Seq: 22, Timestamp: time.Microsecond, Kind: KindXID, PCIBusID: "0000:3b:00.0", Code: 79, Link: -1},
+		},
+		{
+			name:   "A record's dictionary lines after the first line are ignored.",
+			record: "3,23,1,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n",
+			want: Entry{Seq: 23, Timestamp: time.Microsecond, Kind: KindXID, PCIBusID: "0000:3b:00.0", Code: 79, Link: -1,
+				Text: "GPU has fallen off the bus."},
+		},
+		{
+			name:   "A record prefix with more fields than four is read.",
+			record: "3,24,1,c,extra;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+			want: Entry{Seq: 24, Timestamp: time.Microsecond, Kind: KindXID, PCIBusID: "0000:3b:00.0", Code: 79, Link: -1,
+				Text: "GPU has fallen off the bus."},
+		},
+		{
+			name:   "Text before the XID marker does not matter.",
+			record: "3,25,1,-;[ 1234.5678] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+			want: Entry{Seq: 25, Timestamp: time.Microsecond, Kind: KindXID, PCIBusID: "0000:3b:00.0", Code: 79, Link: -1,
+				Text: "GPU has fallen off the bus."},
+		},
+		{
+			name:   "A fatal SXid gives the switch, the code, the link and the text.",
+			record: "3,30,9000000,-;nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+			want: Entry{Seq: 30, Timestamp: 9 * time.Second, Kind: KindSXID, PCIBusID: "0000:05:00.0", Code: 20034, Fatal: true, Link: 30,
+				Text: "Link 30 LTSSM Fault Up"},
+		},
+		{
+			name:   "A non-fatal SXid is not fatal.",
+			record: "4,31,9000001,-;nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 12028, Non-fatal, Link 58 egress non-posted PRIV error (First)",
+			want: Entry{Seq: 31, Timestamp: 9000001 * time.Microsecond, Kind: KindSXID, PCIBusID: "0000:07:00.0", Code: 12028, Link: 58,
+				Text: "Link 58 egress non-posted PRIV error (First)"},
+		},
+		{
+			name:   "An SXid that names no link has link -1.",
+			record: "4,32,1,-;nvidia-nvswitch0: SXid (PCI:0000:86:00.0): 22013, Non-fatal, Minion Link DLREQ interrupt",
+			want: Entry{Seq: 32, Timestamp: time.Microsecond, Kind: KindSXID, PCIBusID: "0000:86:00.0", Code: 22013, Link: -1,
+				Text: "Minion Link DLREQ interrupt"},
+		},
+		{
+			name:   "An SXid detail line after the headline is not ours.",
+			record: "4,33,1,-;nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 12028, Severity 0 Engine instance 58 Sub-engine instance 00",
+			want:   Entry{Seq: 33, Timestamp: time.Microsecond, Link: -1},
+		},
+		{
+			name:   "An SXid data line after the headline is not ours.",
+			record: "4,34,1,-;nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 12028, Data {0x00000000, 0x00000000, 0x00000000}",
+			want:   Entry{Seq: 34, Timestamp: time.Microsecond, Link: -1},
+		},
+		{
+			name:   "A continuation line on its own is not ours.",
+			record: " SUBSYSTEM=pci",
+			want:   Entry{Link: -1},
+		},
+		{
+			name:   "An empty line is not ours.",
+			record: "",
+			want:   Entry{Link: -1},
+		},
+		{
+			name:   "Another kernel line is not ours but keeps its sequence number.",
+			record: "6,100,5000,-;e1000e 0000:00:1f.6 eno1: NIC Link is Up 1000 Mbps Full Duplex",
+			want:   Entry{Seq: 100, Timestamp: 5 * time.Millisecond, Link: -1},
+		},
+		{
+			name:   "Another NVRM line is not ours.",
+			record: "5,101,5000,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.86.15",
+			want:   Entry{Seq: 101, Timestamp: 5 * time.Millisecond, Link: -1},
+		},
+		{
+			name:   "A line that mentions XIDs in other words is not ours.",
+			record: "6,102,5000,-;gpuhealth: checking for Xid errors",
+			want:   Entry{Seq: 102, Timestamp: 5 * time.Millisecond, Link: -1},
+		},
+		{
+			name:    "An XID line without a code is malformed.",
+			record:  "3,40,1,-;NVRM: Xid (PCI:0000:3b:00): , GPU has fallen off the bus.",
+			want:    Entry{Seq: 40, Timestamp: time.Microsecond, Link: -1},
+			wantErr: "not a number",
+		},
+		{
+			name:    "An XID line with a word for a code is malformed.",
+			record:  "3,41,1,-;NVRM: Xid (PCI:0000:3b:00): seventy-nine, GPU has fallen off the bus.",
+			want:    Entry{Seq: 41, Timestamp: time.Microsecond, Link: -1},
+			wantErr: "not a number",
+		},
+		{
+			name:    "An XID line whose code runs into letters is malformed.",
+			record:  "3,42,1,-;NVRM: Xid (PCI:0000:3b:00): 79abc, GPU has fallen off the bus.",
+			want:    Entry{Seq: 42, Timestamp: time.Microsecond, Link: -1},
+			wantErr: "not a number",
+		},
+		{
+			name:    "An XID over 999 is malformed.",
+			record:  "3,43,1,-;NVRM: Xid (PCI:0000:3b:00): 1000, GPU has fallen off the bus.",
+			want:    Entry{Seq: 43, Timestamp: time.Microsecond, Link: -1},
+			wantErr: "over 999",
+		},
+		{
+			name:    "An XID with a huge number is malformed, not an overflow.",
+			record:  "3,44,1,-;NVRM: Xid (PCI:0000:3b:00): 99999999999999999999999, GPU has fallen off the bus.",
+			want:    Entry{Seq: 44, Timestamp: time.Microsecond, Link: -1},
+			wantErr: "over 999",
+		},
+		{
+			name:    "An XID without the parenthesised address is malformed.",
+			record:  "3,45,1,-;NVRM: Xid 79, GPU has fallen off the bus.",
+			want:    Entry{Seq: 45, Timestamp: time.Microsecond, Link: -1},
+			wantErr: "no '('",
+		},
+		{
+			name:    "An XID whose address is cut off is malformed.",
+			record:  "3,46,1,-;NVRM: Xid (PCI:0000:3b:0",
+			want:    Entry{Seq: 46, Timestamp: time.Microsecond, Link: -1},
+			wantErr: "no ')'",
+		},
+		{
+			name:    "An XID with a bad PCI address is malformed.",
+			record:  "3,47,1,-;NVRM: Xid (PCI:zz:00): 79, GPU has fallen off the bus.",
+			want:    Entry{Seq: 47, Timestamp: time.Microsecond, Link: -1},
+			wantErr: "PCI address",
+		},
+		{
+			name:    "An XID without the colon after the address is malformed.",
+			record:  "3,48,1,-;NVRM: Xid (PCI:0000:3b:00) 79, GPU has fallen off the bus.",
+			want:    Entry{Seq: 48, Timestamp: time.Microsecond, Link: -1},
+			wantErr: "no ':'",
+		},
+		{
+			name:    "An SXid over 99999 is malformed.",
+			record:  "3,49,1,-;nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 200340, Fatal, Link 30 LTSSM Fault Up",
+			want:    Entry{Seq: 49, Timestamp: time.Microsecond, Link: -1},
+			wantErr: "over 99999",
+		},
+		{
+			name:    "A line without a record prefix is malformed.",
+			record:  "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+			want:    Entry{Link: -1},
+			wantErr: "no ';'",
+		},
+		{
+			name:    "A record prefix with a word for a sequence number is malformed.",
+			record:  "3,abc,1,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+			want:    Entry{Link: -1},
+			wantErr: "sequence",
+		},
+		{
+			name:    "A record prefix with too few fields is malformed.",
+			record:  "3,1;hello",
+			want:    Entry{Link: -1},
+			wantErr: "fewer than 3 fields",
+		},
+		{
+			name:    "Garbage is malformed.",
+			record:  "\x00\x01\xffgarbage",
+			want:    Entry{Link: -1},
+			wantErr: "no ';'",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got, err := Parse(tc.record)
+			if tc.wantErr != "" {
+				g.Expect(err).To(MatchError(ErrMalformed))
+				g.Expect(err.Error()).To(ContainSubstring(tc.wantErr))
+			} else {
+				g.Expect(err).NotTo(HaveOccurred())
+			}
+			g.Expect(got).To(Equal(tc.want))
+		})
+	}
+}
+
+func TestNormalizePCIBusID(t *testing.T) {
+	cases := []struct {
+		name    string
+		in      string
+		want    string
+		wantErr bool
+	}{
+		{name: "The kernel's XID form gets function 0.", in: "PCI:0000:3b:00", want: "0000:3b:00.0"},
+		{name: "The NVSwitch form is kept.", in: "PCI:0000:05:00.0", want: "0000:05:00.0"},
+		{name: "NVML's eight-digit upper-case domain is shortened and lowered.", in: "00000000:3B:00.0", want: "0000:3b:00.0"},
+		{name: "A missing domain is domain 0.", in: "3b:00.0", want: "0000:3b:00.0"},
+		{name: "A missing domain and function are both 0.", in: "3b:00", want: "0000:3b:00.0"},
+		{name: "A large domain keeps all its digits.", in: "10000:01:00.0", want: "10000:01:00.0"},
+		{name: "Single hex digits are padded.", in: "0:3:1.2", want: "0000:03:01.2"},
+		{name: "A lower-case prefix is accepted.", in: "pci:0000:3b:00", want: "0000:3b:00.0"},
+		{name: "A device over 0x1f is rejected.", in: "0000:3b:20.0", wantErr: true},
+		{name: "A function over 7 is rejected.", in: "0000:3b:00.8", wantErr: true},
+		{name: "A bus of three digits is rejected.", in: "0000:13b:00.0", wantErr: true},
+		{name: "A domain of nine digits is rejected.", in: "000000000:3b:00.0", wantErr: true},
+		{name: "Too many fields are rejected.", in: "0000:00:3b:00.0", wantErr: true},
+		{name: "One field is rejected.", in: "3b", wantErr: true},
+		{name: "Signs are rejected.", in: "+0:3b:00", wantErr: true},
+		{name: "An empty string is rejected.", in: "", wantErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got, err := NormalizePCIBusID(tc.in)
+			if tc.wantErr {
+				g.Expect(err).To(HaveOccurred())
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(Equal(tc.want))
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	seeds := []string{
+		"3,1234,5000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+		"4,17,1,-;NVRM: Xid (0000:3b:00): 13, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address",
+		"4,21,1,-;NVRM: Xid (PCI:0000:3b:00): 154, pid='<unknown>', name=<unknown>, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+		"3,30,9000000,-;nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+		"4,31,1,-;nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 12028, Non-fatal, Link 58 egress non-posted PRIV error (First)",
+		"4,33,1,-;nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 12028, Severity 0 Engine instance 58 Sub-engine instance 00",
+		"3,23,1,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n",
+		" SUBSYSTEM=pci",
+		"6,100,5000,-;e1000e 0000:00:1f.6 eno1: NIC Link is Up",
+		"3,43,1,-;NVRM: Xid (PCI:0000:3b:00): 1000, x",
+		"3,44,1,-;NVRM: Xid (PCI:0000:3b:00): 99999999999999999999999",
+		"3,1;hello",
+		"",
+	}
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, record string) {
+		e, err := Parse(record)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Parse(%q) error %v does not wrap ErrMalformed", record, err)
+			}
+			if e.Kind != KindNone {
+				t.Fatalf("Parse(%q) returned kind %q with an error", record, e.Kind)
+			}
+			return
+		}
+		switch e.Kind {
+		case KindNone:
+			if e.PCIBusID != "" || e.Code != 0 || e.Text != "" || e.Fatal || e.Link != -1 {
+				t.Fatalf("Parse(%q) = %+v: a record that is not ours carries fields", record, e)
+			}
+		case KindXID, KindSXID:
+			if n, err := NormalizePCIBusID(e.PCIBusID); err != nil || n != e.PCIBusID {
+				t.Fatalf("Parse(%q) bus id %q is not canonical", record, e.PCIBusID)
+			}
+			limit := maxXID
+			if e.Kind == KindSXID {
+				limit = maxSXID
+			}
+			if e.Code < 0 || e.Code > limit {
+				t.Fatalf("Parse(%q) code %d is out of range", record, e.Code)
+			}
+			if e.Kind == KindXID && (e.Fatal || e.Link != -1) {
+				t.Fatalf("Parse(%q) XID has SXid fields: %+v", record, e)
+			}
+			if strings.Contains(e.Text, "\n") {
+				t.Fatalf("Parse(%q) text spans lines", record)
+			}
+			if !strings.Contains(record, strconv.Itoa(e.Code)) {
+				t.Fatalf("Parse(%q) code %d is not in the record", record, e.Code)
+			}
+		default:
+			t.Fatalf("Parse(%q) returned unknown kind %q", record, e.Kind)
+		}
+		if e.Timestamp < 0 {
+			t.Fatalf("Parse(%q) timestamp %v is negative", record, e.Timestamp)
+		}
+	})
+}
