@@ -104,6 +104,10 @@ $(GOLANGCI_LINT): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(LOCALBIN)/golangci-lint $@
 
+.PHONY: bench-monitor
+bench-monitor: controlplane ## Node agent benchmark: injection-to-object latency, a 10,000-XID storm, idle CPU and RSS.
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh 2>/dev/null | tail -1)" go run ./hack/monitorbench
+
 .PHONY: bench
 bench: controlplane build-operator ## Cordon-speed benchmark on a local kwok cluster (N=1000 takes a few minutes).
 	go run ./hack/bench -nodes $${NODES:-1000}

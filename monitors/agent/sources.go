@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/gpuhealth/gpuhealth/monitors"
+	"github.com/gpuhealth/gpuhealth/monitors/imex"
 	"github.com/gpuhealth/gpuhealth/monitors/kmsg"
 	"github.com/gpuhealth/gpuhealth/monitors/nvml"
 )
@@ -55,6 +56,16 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 				k.Resolver = nv.ResolvePCI
 			}
 			out = append(out, k)
+		case "imex":
+			out = append(out, &imex.Source{
+				Command:    cfg.IMEX.Command,
+				DaemonArgs: cfg.IMEX.DaemonArgs,
+				DomainArgs: cfg.IMEX.DomainArgs,
+				Address:    cfg.IMEX.Address,
+				Interval:   cfg.IMEX.Interval.Duration,
+				Timeout:    cfg.IMEX.Timeout.Duration,
+				NodeLabels: deps.nodeLabels,
+			})
 		default:
 			return nil, fmt.Errorf("source %q is not built into this agent", name)
 		}
