@@ -88,8 +88,20 @@ controlplane: ## Build (or find cached) kube-apiserver, etcd, kwok and friends.
 unit: controlplane ## Run unit and envtest suites.
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh 2>/dev/null | tail -1)" go test $(GO_TEST_FLAGS) ./...
 
+# Fuzz targets (package:target) that `make fuzz` runs for FUZZTIME each. The
+# seed corpora also run as plain tests in `make unit`.
+FUZZ_TARGETS := api/xid:FuzzLookup monitors/kmsg:FuzzParse monitors/imex:FuzzParseDaemonStatus \
+	monitors/imex:FuzzParseDomainStatus monitors/fakenvml:FuzzParseScenario monitors/agent:FuzzParseConfig
+FUZZTIME ?= 3s
+
+.PHONY: fuzz
+fuzz: ## Run every parser's fuzz target briefly (FUZZTIME each; longer: make fuzz FUZZTIME=5m).
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+	  go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; done
+
 .PHONY: test
-test: controlplane verify-generated lint unit ## Everything CI runs: generated files, lint, unit and envtest suites.
+test: controlplane verify-generated lint unit fuzz ## Everything CI runs: generated files, lint, unit and envtest suites, short fuzz runs.
 
 ##@ Tools
 
