@@ -77,7 +77,7 @@ func run(samples, storm int, idle time.Duration) error {
 	bin := filepath.Join(tmp, "gpuhealth-monitor")
 	fmt.Fprintln(os.Stderr, "building gpuhealth-monitor and the fake NVML library")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/gpuhealth-monitor").CombinedOutput(); err != nil {
-		return fmt.Errorf("building: %v\n%s", err, out)
+		return fmt.Errorf("building: %w\n%s", err, out)
 	}
 	lib, err := fakenvml.Build(tmp)
 	if err != nil {
@@ -178,7 +178,7 @@ func run(samples, storm int, idle time.Duration) error {
 
 	// Idle: nothing injected; 8 GPUs × 18 links polled every 10 s.
 	fmt.Fprintf(os.Stderr, "idle: %s\n", idle)
-		cpu0, err := cpuSeconds(cmd.Process.Pid)
+	cpu0, err := cpuSeconds(cmd.Process.Pid)
 	if err != nil {
 		return err
 	}

@@ -199,7 +199,6 @@ func (c *Config) DebounceRules() []pipeline.DebounceRule {
 	return out
 }
 
-
 func checkOf(s string) gpuhealthv1alpha1.Check { return gpuhealthv1alpha1.Check(s) }
 
 // Override sets every field that is set in o.

@@ -316,5 +316,5 @@ func TestSpooledRecordsForAnotherNodeAreDropped(t *testing.T) {
 	h := start(t, "node-moved", dir, nil)
 	g.Expect(spoolFiles(t, dir)).To(BeZero())
 	g.Expect(h.p.Pending()).To(BeZero())
-	
+
 }

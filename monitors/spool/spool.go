@@ -83,18 +83,18 @@ const (
 	DefaultMax = 2048
 )
 
-// Open opens (creating if needed) the spool in dir with room for max records
-// (DefaultMax when max <= 0) and returns it with the records it already held,
+// Open opens (creating if needed) the spool in dir with room for limit records
+// (DefaultMax when limit <= 0) and returns it with the records it already held,
 // for replay. Files that cannot be parsed are moved aside with a ".corrupt"
 // suffix and reported in the error list, never deleted.
-func Open(dir string, max int) (*Spool, []Record, []error, error) {
-	if max <= 0 {
-		max = DefaultMax
+func Open(dir string, limit int) (*Spool, []Record, []error, error) {
+	if limit <= 0 {
+		limit = DefaultMax
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("creating spool directory %s: %w", dir, err)
 	}
-	s := &Spool{dir: dir, max: max, index: map[string]indexEntry{}}
+	s := &Spool{dir: dir, max: limit, index: map[string]indexEntry{}}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("reading spool directory %s: %w", dir, err)
