@@ -1,0 +1,177 @@
+package nvml
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/monitors"
+	"github.com/gpuhealth/gpuhealth/monitors/fakenvml"
+)
+
+// These tests run the source through go-nvml's real code against the fake
+// NVML library, one scenario at a time (NVML state is per process; each
+// Init re-reads the scenario the environment names).
+
+const (
+	uuid0 = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
+	uuid1 = "GPU-bbbbbbbb-1111-4000-8000-111111111111"
+)
+
+var library string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fakenvml-")
+	if err != nil {
+		panic(err)
+	}
+	library, err = fakenvml.Build(dir)
+	if err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// recorder collects findings.
+type recorder struct {
+	mu       sync.Mutex
+	findings []monitors.Finding
+}
+
+func (r *recorder) report(f monitors.Finding) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.findings = append(r.findings, f)
+}
+
+func (r *recorder) matching(check gpuhealthv1alpha1.Check, id, code string) []monitors.Finding {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []monitors.Finding
+	for _, f := range r.findings {
+		if f.Check == check && f.Component.ID == id && f.Code == code {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// run starts the source on a scenario and returns the recorder and a stop
+// function that returns Run's error.
+func run(t *testing.T, scenario string, s *Source) (*recorder, func() error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "scenario.txt")
+	if err := os.WriteFile(path, []byte(scenario), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(fakenvml.ScenarioEnv, path)
+	if s.LibraryPath == "" {
+		s.LibraryPath = library
+	}
+	s.Log = logr.Discard()
+	if s.PollInterval == 0 {
+		s.PollInterval = 50 * time.Millisecond
+	}
+	r := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, r.report) }()
+	var once sync.Once
+	var err error
+	stop := func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return r, stop
+}
+
+const twoGPUs = `device index=0 uuid=` + uuid0 + ` pci=0000:3b:00.0 links=2
+device index=1 uuid=` + uuid1 + ` pci=0000:5e:00.0 links=2
+`
+
+func TestLinkDownIsReportedAndResolved(t *testing.T) {
+	g := NewWithT(t)
+	r, stop := run(t, twoGPUs+"linkstate device=0 link=1 state=down at=300ms\nlinkstate device=0 link=1 state=up at=1s\n", &Source{})
+	link := uuid0 + "/link-1"
+	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckNVLinkDown, link, LinkDown) }, 5*time.Second).Should(HaveLen(2))
+	got := r.matching(gpuhealthv1alpha1.CheckNVLinkDown, link, LinkDown)
+	g.Expect(got[0].Resolved).To(BeFalse())
+	g.Expect(got[0].Component.Kind).To(Equal(gpuhealthv1alpha1.ComponentNVLink))
+	g.Expect(got[1].Resolved).To(BeTrue())
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckNVLinkDown, uuid0+"/link-0", LinkDown)).To(BeEmpty(), "only the link that went down")
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestLostGPUIsReportedOnce(t *testing.T) {
+	g := NewWithT(t)
+	r, stop := run(t, twoGPUs+"lost device=1 at=300ms\n", &Source{})
+	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckGPULost, uuid1, "GPU_IS_LOST") }, 5*time.Second).Should(HaveLen(1))
+	g.Consistently(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckGPULost, uuid1, "GPU_IS_LOST") }, 500*time.Millisecond).Should(HaveLen(1))
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckGPULost, uuid0, "GPU_IS_LOST")).To(BeEmpty())
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestFabricTrainingAfterBootIsGivenGrace(t *testing.T) {
+	g := NewWithT(t)
+	r, stop := run(t, twoGPUs+"fabric device=0 state=in_progress\nfabric device=1 state=completed health=healthy\n",
+		&Source{FabricGrace: time.Second})
+	inProgress := func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckFabric, uuid0, FabricInProgress)
+	}
+	g.Consistently(inProgress, 600*time.Millisecond).Should(BeEmpty(), "training within the grace period is normal")
+	g.Eventually(inProgress, 5*time.Second).Should(HaveLen(1), "still training after the grace period is a finding")
+	g.Expect(inProgress()[0].Severity).To(Equal(gpuhealthv1alpha1.SeverityFatal))
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestFabricThatFallsBackIsAFindingAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	r, stop := run(t, twoGPUs+"fabric device=1 state=completed health=healthy\nfabric device=1 state=not_started at=300ms\nfabric device=1 state=completed health=limited_capacity at=1s\n",
+		&Source{FabricGrace: time.Hour})
+	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckFabric, uuid1, FabricNotStarted) }, 5*time.Second).ShouldNot(BeEmpty())
+	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckFabric, uuid1, FabricLimitedCapacity) }, 5*time.Second).ShouldNot(BeEmpty())
+	notStarted := r.matching(gpuhealthv1alpha1.CheckFabric, uuid1, FabricNotStarted)
+	g.Expect(notStarted[len(notStarted)-1].Resolved).To(BeTrue(), "the old state resolves when the state changes")
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckFabric, uuid1, FabricLimitedCapacity)[0].Severity).To(Equal(gpuhealthv1alpha1.SeverityDegraded))
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestCounterResetIsNotABurst(t *testing.T) {
+	g := NewWithT(t)
+	r, stop := run(t, twoGPUs+"nvlink device=0 link=0 counter=crc_flit value=100000000 at=0s\nnvlink device=0 link=0 counter=crc_flit value=0 at=300ms\n",
+		&Source{Window: 500 * time.Millisecond, Thresholds: map[Counter]float64{CounterCRCFlit: 10}})
+	g.Consistently(func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckNVLinkErrors, uuid0+"/link-0", string(CounterCRCFlit))
+	}, time.Second).Should(BeEmpty())
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestResolvePCIMapsKernelBusIDsToUUIDs(t *testing.T) {
+	g := NewWithT(t)
+	s := &Source{}
+	_, stop := run(t, twoGPUs, s)
+	g.Eventually(func() bool { _, ok := s.ResolvePCI("0000:5e:00.0"); return ok }, 5*time.Second).Should(BeTrue())
+	uuid, _ := s.ResolvePCI("0000:5E:00.0")
+	g.Expect(uuid).To(Equal(uuid1))
+	_, ok := s.ResolvePCI("0000:99:00.0")
+	g.Expect(ok).To(BeFalse())
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestMissingLibraryMakesTheSourceUnavailable(t *testing.T) {
+	g := NewWithT(t)
+	s := &Source{LibraryPath: filepath.Join(t.TempDir(), "libnvidia-ml.so.1")}
+	err := s.Run(context.Background(), func(monitors.Finding) {})
+	g.Expect(errors.Is(err, monitors.ErrUnavailable)).To(BeTrue(), "got %v", err)
+}
