@@ -1,0 +1,118 @@
+package dcgm
+
+import "fmt"
+
+// Field is a DCGM field id (DCGM_FI_*). Only the fields this source reads
+// have constants; String names any other by its number.
+type Field uint16
+
+// The DCGM fields this source watches. Numbers and names are from
+// dcgm_fields.h as shipped with go-dcgm v1.4611.0; the NVLink totals were
+// called DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL before, and DCGM keeps those
+// names as deprecated aliases of the same ids.
+const (
+	// FieldNVLinkCRCFlitErrorTotal is the GPU's NVLink flow-control CRC error
+	// count, summed over its links (cumulative).
+	FieldNVLinkCRCFlitErrorTotal Field = 409
+	// FieldNVLinkCRCDataErrorTotal is the GPU's NVLink data CRC error count,
+	// summed over its links (cumulative).
+	FieldNVLinkCRCDataErrorTotal Field = 419
+	// FieldNVLinkReplayErrorTotal is the GPU's NVLink replay error count,
+	// summed over its links (cumulative).
+	FieldNVLinkReplayErrorTotal Field = 429
+	// FieldNVLinkRecoveryErrorTotal is the GPU's NVLink recovery error count,
+	// summed over its links (cumulative).
+	FieldNVLinkRecoveryErrorTotal Field = 439
+	// FieldIMEXDomainStatus is the node's IMEX domain status, a string: UP,
+	// DOWN or DEGRADED (global field, not tied to a GPU).
+	FieldIMEXDomainStatus Field = 1502
+	// FieldIMEXDaemonStatus is the node's IMEX daemon status, a number from
+	// 0 (INITIALIZING) to 7 (UNAVAILABLE); 5 is READY (global field).
+	FieldIMEXDaemonStatus Field = 1503
+)
+
+// fieldNames are the DCGM names of the fields above; a finding's code uses them.
+var fieldNames = map[Field]string{
+	FieldNVLinkCRCFlitErrorTotal:  "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_TOTAL",
+	FieldNVLinkCRCDataErrorTotal:  "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_TOTAL",
+	FieldNVLinkReplayErrorTotal:   "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_TOTAL",
+	FieldNVLinkRecoveryErrorTotal: "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_TOTAL",
+	FieldIMEXDomainStatus:         "DCGM_FI_IMEX_DOMAIN_STATUS",
+	FieldIMEXDaemonStatus:         "DCGM_FI_IMEX_DAEMON_STATUS",
+}
+
+// String returns the field's DCGM name, or DCGM_FI_<number> for a field this
+// package has no name for. The result is a valid finding code.
+func (f Field) String() string {
+	if n, ok := fieldNames[f]; ok {
+		return n
+	}
+	return fmt.Sprintf("DCGM_FI_%d", uint16(f))
+}
+
+// nvlinkTotals are the per-GPU NVLink totals this source judges as rates.
+var nvlinkTotals = []Field{
+	FieldNVLinkCRCFlitErrorTotal,
+	FieldNVLinkCRCDataErrorTotal,
+	FieldNVLinkReplayErrorTotal,
+	FieldNVLinkRecoveryErrorTotal,
+}
+
+// imexFields are the global IMEX status fields.
+var imexFields = []Field{FieldIMEXDomainStatus, FieldIMEXDaemonStatus}
+
+// laneField places a per-link NVLink counter field: the total it adds up to
+// and the link it counts.
+type laneField struct {
+	total Field
+	link  int
+}
+
+// perLinkFields maps DCGM's per-link NVLink error fields (DCGM_FI_DEV_NVLINK_
+// <counter>_ERROR_L<n>_TOTAL) to their counter's total and their link, so a
+// policy violation that names one can be pinned to "<UUID>/link-<n>". The
+// ids are not contiguous: links 0-5 and 12-14 sit just below each total,
+// 6-11 and 15-17 were added later in the 450s and 480s (dcgm_fields.h).
+var perLinkFields = func() map[Field]laneField {
+	m := map[Field]laneField{}
+	add := func(total Field, first Field, links ...int) {
+		for i, l := range links {
+			m[first+Field(i)] = laneField{total: total, link: l}
+		}
+	}
+	add(FieldNVLinkCRCFlitErrorTotal, 400, 0, 1, 2, 3, 4, 5, 12, 13, 14)
+	add(FieldNVLinkCRCDataErrorTotal, 410, 0, 1, 2, 3, 4, 5, 12, 13, 14)
+	add(FieldNVLinkReplayErrorTotal, 420, 0, 1, 2, 3, 4, 5, 12, 13, 14)
+	add(FieldNVLinkRecoveryErrorTotal, 430, 0, 1, 2, 3, 4, 5, 12, 13, 14)
+	add(FieldNVLinkCRCFlitErrorTotal, 451, 6, 7, 8, 9, 10, 11)
+	add(FieldNVLinkCRCDataErrorTotal, 457, 6, 7, 8, 9, 10, 11)
+	add(FieldNVLinkReplayErrorTotal, 463, 6, 7, 8, 9, 10, 11)
+	add(FieldNVLinkRecoveryErrorTotal, 469, 6, 7, 8, 9, 10, 11)
+	add(FieldNVLinkCRCFlitErrorTotal, 481, 15, 16, 17)
+	add(FieldNVLinkCRCDataErrorTotal, 484, 15, 16, 17)
+	add(FieldNVLinkReplayErrorTotal, 487, 15, 16, 17)
+	add(FieldNVLinkRecoveryErrorTotal, 491, 15, 16, 17) // 490 is a different field
+	return m
+}()
+
+// IMEX domain states (DCGM_FI_IMEX_DOMAIN_STATUS).
+const (
+	imexDomainUp       = "UP"
+	imexDomainDown     = "DOWN"
+	imexDomainDegraded = "DEGRADED"
+)
+
+// imexDaemonReady is the READY value of DCGM_FI_IMEX_DAEMON_STATUS.
+const imexDaemonReady = 5
+
+// imexDaemonStates names the values of DCGM_FI_IMEX_DAEMON_STATUS for messages.
+var imexDaemonStates = map[int64]string{
+	0: "INITIALIZING",
+	1: "STARTING_AUTH_SERVER",
+	2: "WAITING_FOR_PEERS",
+	3: "WAITING_FOR_RECOVERY",
+	4: "INIT_GPU",
+	5: "READY",
+	6: "SHUTTING_DOWN",
+	7: "UNAVAILABLE",
+}

@@ -1,0 +1,505 @@
+package dcgm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/monitors"
+)
+
+// Defaults for Source's fields.
+const (
+	// DefaultPort is nv-hostengine's default TCP port.
+	DefaultPort = "5555"
+	// DefaultAddress is where a standalone source looks for nv-hostengine
+	// when Address is empty: a host engine on the node itself, as the GPU
+	// Operator's DCGM DaemonSet runs it with host networking.
+	DefaultAddress = "localhost:" + DefaultPort
+	// DefaultPollInterval is how often the fields and health watches are
+	// read. DCGM refreshes watched fields at the same interval; 10 s keeps
+	// the host engine's load negligible while a link or IMEX condition is
+	// seen within seconds of DCGM seeing it. XIDs do not wait for it: they
+	// arrive through policy callbacks.
+	DefaultPollInterval = 10 * time.Second
+	// DefaultWindow is the window NVLink error rates are averaged over.
+	// Sixty seconds (six polls) smooths the bursts a single retraining
+	// produces, and keeps detection and resolution within about a minute.
+	DefaultWindow = time.Minute
+	// DefaultRepeatInterval is how often a condition that still holds is
+	// reported again, so that its event's lastSeen moves.
+	DefaultRepeatInterval = 5 * time.Minute
+	// DefaultMaxPollFailures is how many polls in a row may fail entirely
+	// (every DCGM call of the poll failed) before Run gives up: one minute
+	// at the default interval. A standalone host engine that went away never
+	// comes back on the same connection, and go-dcgm does not close the
+	// policy channel then, so only the polls can tell that the source died.
+	DefaultMaxPollFailures = 6
+)
+
+// DefaultNVLinkThresholds are the NVLink error rates, in errors per second
+// averaged over Window, above which a GPU's total counter is a finding.
+//
+//   - CRC flit and CRC data errors: 100/s, the limit DCGM's own NVLink health
+//     watch uses for DCGM_FR_NVLINK_CRC_ERROR_THRESHOLD ("more than 100 CRC
+//     errors are happening per second", dcgm_errors.h). Links see a trickle
+//     of CRC errors that replays absorb; only a sustained rate means a
+//     marginal link.
+//   - Replay and recovery errors: 0, so any increase within the window is a
+//     finding. A healthy link has none: a replay is a retransmission that
+//     already failed its CRC, and a recovery is a link retraining that
+//     stalls traffic. This is the strictest setting; a fleet that sees
+//     harmless replays can raise it.
+func DefaultNVLinkThresholds() map[Field]float64 {
+	return map[Field]float64{
+		FieldNVLinkCRCFlitErrorTotal:  100,
+		FieldNVLinkCRCDataErrorTotal:  100,
+		FieldNVLinkReplayErrorTotal:   0,
+		FieldNVLinkRecoveryErrorTotal: 0,
+	}
+}
+
+// Source is the DCGM source (name "dcgm"). It listens for DCGM's XID and
+// NVLink policy violations, and every PollInterval reads the GPUs' NVLink
+// error totals, the IMEX status fields and the NVLink, NVSwitch and IMEX
+// health watches. See mapping.go for what each signal becomes.
+//
+// The zero value works: embedded DCGM with the defaults below. Run does not
+// change the fields.
+type Source struct {
+	// Mode is embedded (the default when empty: DCGM runs inside the agent)
+	// or standalone (connect to nv-hostengine at Address).
+	Mode Mode
+	// Address is nv-hostengine's "host:port" for standalone mode; a host
+	// without a port gets DefaultPort, an empty one is DefaultAddress. An
+	// address that starts with "/" is a Unix socket path. Ignored in
+	// embedded mode.
+	Address string
+	// PollInterval is how often fields and health watches are read, and how
+	// often DCGM refreshes the fields. Zero means DefaultPollInterval.
+	PollInterval time.Duration
+	// Window is the window NVLink error rates are averaged over. Zero means
+	// DefaultWindow. A rate is judged only once readings span a whole
+	// window, so a condition starts and ends at least Window after the
+	// counter starts or stops rising fast.
+	Window time.Duration
+	// NVLinkThresholds are the per-GPU NVLink total counters judged as
+	// rates and their limits in errors per second: a rate above the limit
+	// is a finding (0 means any increase). Nil means
+	// DefaultNVLinkThresholds(); a counter left out of a non-nil map is not
+	// judged. Only the counters in DefaultNVLinkThresholds are watched.
+	NVLinkThresholds map[Field]float64
+	// RepeatInterval is how often a condition that still holds is reported
+	// again. Zero means DefaultRepeatInterval.
+	RepeatInterval time.Duration
+	// MaxPollFailures is how many polls in a row may fail entirely before
+	// Run returns an error (the source died). Zero means
+	// DefaultMaxPollFailures; negative means never.
+	MaxPollFailures int
+	// NewClient connects to DCGM. Nil means Connect (go-dcgm).
+	NewClient NewClientFunc
+	// Clock is the clock polls and rates use. Nil means the real clock.
+	Clock clock.WithTicker
+	// Log receives the source's logs; the zero Logger discards them.
+	Log logr.Logger
+}
+
+var _ monitors.Source = (*Source)(nil)
+
+// Name implements monitors.Source.
+func (s *Source) Name() string { return string(gpuhealthv1alpha1.SourceDCGM) }
+
+// settings are Source's fields with the defaults applied.
+type settings struct {
+	client          ClientConfig
+	poll            time.Duration
+	window          time.Duration
+	thresholds      map[Field]float64
+	repeat          time.Duration
+	maxPollFailures int
+	newClient       NewClientFunc
+	clock           clock.WithTicker
+}
+
+// settings applies the defaults and checks the fields.
+func (s *Source) settings() (settings, error) {
+	st := settings{
+		poll:            s.PollInterval,
+		window:          s.Window,
+		thresholds:      s.NVLinkThresholds,
+		repeat:          s.RepeatInterval,
+		maxPollFailures: s.MaxPollFailures,
+		newClient:       s.NewClient,
+		clock:           s.Clock,
+	}
+	if st.poll <= 0 {
+		st.poll = DefaultPollInterval
+	}
+	if st.window <= 0 {
+		st.window = DefaultWindow
+	}
+	if st.thresholds == nil {
+		st.thresholds = DefaultNVLinkThresholds()
+	}
+	for f, limit := range st.thresholds {
+		if _, ok := DefaultNVLinkThresholds()[f]; !ok {
+			return st, fmt.Errorf("NVLink threshold for %s: only the NVLink total counters can be judged", f)
+		}
+		if limit < 0 {
+			return st, fmt.Errorf("NVLink threshold for %s is %g errors/s; it must not be negative", f, limit)
+		}
+	}
+	if st.repeat <= 0 {
+		st.repeat = DefaultRepeatInterval
+	}
+	if st.maxPollFailures == 0 {
+		st.maxPollFailures = DefaultMaxPollFailures
+	}
+	if st.newClient == nil {
+		st.newClient = Connect
+	}
+	if st.clock == nil {
+		st.clock = clock.RealClock{}
+	}
+	st.client = ClientConfig{
+		Mode:           s.Mode,
+		UpdateInterval: st.poll,
+		GPUFields:      nvlinkTotals,
+		GlobalFields:   imexFields,
+	}
+	switch s.Mode {
+	case "", ModeEmbedded:
+		st.client.Mode = ModeEmbedded
+	case ModeStandalone:
+		st.client.Address, st.client.UnixSocket = hostEngineAddress(s.Address)
+	default:
+		return st, fmt.Errorf("unknown DCGM mode %q: use %q or %q", s.Mode, ModeEmbedded, ModeStandalone)
+	}
+	return st, nil
+}
+
+// hostEngineAddress normalizes a standalone address: a Unix socket path, or
+// host:port with DefaultPort when the port is missing.
+func hostEngineAddress(addr string) (string, bool) {
+	switch {
+	case addr == "":
+		return DefaultAddress, false
+	case strings.HasPrefix(addr, "/"):
+		return addr, true
+	}
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr, false
+	}
+	return net.JoinHostPort(strings.Trim(addr, "[]"), DefaultPort), false
+}
+
+// Run implements monitors.Source. It connects, reports findings until ctx is
+// done and returns nil then. Without DCGM (no libdcgm.so.4) it returns an
+// error wrapping monitors.ErrUnavailable. It returns any other error when
+// the source died: the connection failed, the policy violation channel
+// closed, or MaxPollFailures polls in a row failed.
+func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
+	st, err := s.settings()
+	if err != nil {
+		return fmt.Errorf("configuring the DCGM source: %w", err)
+	}
+	log := s.Log
+	log.V(1).Info("Connecting to DCGM", "mode", st.client.Mode, "address", st.client.Address)
+	client, err := st.newClient(ctx, st.client)
+	if err != nil {
+		return fmt.Errorf("connecting to DCGM: %w", err)
+	}
+	// Cancel the policy subscription before closing the client it lives on.
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		if err := client.Close(); err != nil {
+			log.Error(err, "Closing the DCGM connection failed")
+		}
+	}()
+
+	r, err := newRun(st, client, report, log)
+	if err != nil {
+		return err
+	}
+	violations, err := client.PolicyViolations(ctx)
+	if err != nil {
+		return fmt.Errorf("subscribing to DCGM policy violations: %w", err)
+	}
+	log.Info("Watching DCGM", "mode", st.client.Mode, "gpus", len(r.gpus), "pollInterval", st.poll)
+	return r.loop(ctx, violations)
+}
+
+// newRun lists the GPUs and returns the state of one Run.
+func newRun(st settings, client Client, report monitors.Reporter, log logr.Logger) (*run, error) {
+	gpus, err := client.GPUs()
+	if err != nil {
+		return nil, fmt.Errorf("listing DCGM GPUs: %w", err)
+	}
+	return &run{
+		settings:   st,
+		client:     client,
+		gpus:       gpus,
+		ids:        newGPUIDs(gpus),
+		report:     report,
+		log:        log,
+		conditions: newConditions(st.repeat),
+		windows:    map[windowKey]*counterWindow{},
+		dropped:    client.DroppedViolations(),
+	}, nil
+}
+
+// loop polls at once and then every poll interval, and reports violations
+// as they arrive, until ctx is done or the source dies.
+func (r *run) loop(ctx context.Context, violations <-chan Violation) error {
+	ticker := r.clock.NewTicker(r.poll)
+	defer ticker.Stop()
+	if err := r.pollOnce(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case v, ok := <-violations:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("the DCGM policy violation channel closed")
+			}
+			r.violation(v)
+		case <-ticker.C():
+			if err := r.pollOnce(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// windowKey identifies one GPU's counter.
+type windowKey struct {
+	gpu   uint
+	field Field
+}
+
+// run is the state of one Run.
+type run struct {
+	settings
+	client     Client
+	gpus       []GPU
+	ids        gpuIDs
+	report     monitors.Reporter
+	log        logr.Logger
+	conditions *conditions
+	windows    map[windowKey]*counterWindow
+	// dropped is the client's drop count at the last poll.
+	dropped uint64
+	// failedPolls counts polls in a row in which every call failed.
+	failedPolls int
+}
+
+// violation reports one policy violation as an event.
+func (r *run) violation(v Violation) {
+	kind := v.Kind
+	if kind != ViolationXID && kind != ViolationNVLink {
+		kind = ViolationOther // keep the label bounded
+	}
+	policyViolations.WithLabelValues(string(kind)).Inc()
+	f, ok := violationToFinding(v, r.ids)
+	if !ok {
+		r.log.V(1).Info("Ignoring a DCGM policy violation of a kind the source does not report", "kind", v.Kind, "gpu", v.GPU)
+		return
+	}
+	r.log.V(4).Info("DCGM policy violation", "finding", f.String())
+	if f.Time.IsZero() {
+		f.Time = r.clock.Now()
+	}
+	r.report(f)
+}
+
+// pollOnce reads the counters, IMEX fields, health watches and drop count
+// once. It returns an error only when MaxPollFailures polls in a row failed.
+func (r *run) pollOnce() error {
+	calls, failed := 0, 0
+	count := func(err error, what string, keysAndValues ...any) {
+		calls++
+		if err != nil {
+			failed++
+			pollErrors.Inc()
+			r.log.Error(err, "Reading DCGM failed", append([]any{"read", what}, keysAndValues...)...)
+		}
+	}
+	now := r.clock.Now()
+	for _, g := range r.gpus {
+		count(r.pollNVLink(g.ID, now), "nvlink", "gpu", g.ID)
+	}
+	count(r.pollIMEX(now), "imex")
+	count(r.pollHealth(now), "health")
+	r.pollDropped()
+
+	if failed < calls {
+		r.failedPolls = 0
+		return nil
+	}
+	r.failedPolls++
+	if r.maxPollFailures > 0 && r.failedPolls >= r.maxPollFailures {
+		return fmt.Errorf("every DCGM read failed in %d polls in a row", r.failedPolls)
+	}
+	return nil
+}
+
+// pollNVLink judges one GPU's NVLink error totals as rates.
+func (r *run) pollNVLink(gpu uint, now time.Time) error {
+	values, err := r.client.GPUValues(gpu, nvlinkTotals)
+	if err != nil {
+		return err
+	}
+	for _, v := range values {
+		limit, judged := r.thresholds[v.Field]
+		if !judged || !v.Valid {
+			continue
+		}
+		t := v.Time
+		if t.IsZero() {
+			t = now
+		}
+		k := windowKey{gpu: gpu, field: v.Field}
+		w, ok := r.windows[k]
+		if !ok {
+			w = &counterWindow{}
+			r.windows[k] = w
+		}
+		res := w.add(t, v.Int, r.window)
+		if res.reset {
+			r.log.V(1).Info("NVLink error counter went down; restarting its window", "gpu", gpu, "field", v.Field.String(), "value", v.Int)
+		}
+		if !res.judged {
+			continue
+		}
+		f := monitors.Finding{
+			Source:    gpuhealthv1alpha1.SourceDCGM,
+			Check:     gpuhealthv1alpha1.CheckNVLinkErrors,
+			Component: r.ids.gpuComponent(gpu),
+			Code:      v.Field.String(),
+			Severity:  gpuhealthv1alpha1.SeverityDegraded,
+			Action:    gpuhealthv1alpha1.ActionRecertify,
+			Message: fmt.Sprintf("%s rose by %d in %s (%.1f/s) on GPU %d, threshold %g/s",
+				v.Field, res.delta, res.span.Round(time.Second), res.rate, gpu, limit),
+		}
+		if res.rate > limit {
+			r.conditions.hold(scopeRate, f, now, r.report)
+			continue
+		}
+		r.conditions.release(f.Key(), fmt.Sprintf("%s rate back to %.1f/s over %s on GPU %d, threshold %g/s",
+			v.Field, res.rate, res.span.Round(time.Second), gpu, limit), now, r.report)
+	}
+	return nil
+}
+
+// pollIMEX judges the IMEX domain and daemon status fields. A field without
+// a value (no IMEX on this node, or a DCGM too old to know the fields)
+// changes nothing.
+func (r *run) pollIMEX(now time.Time) error {
+	values, err := r.client.GlobalValues(imexFields)
+	if err != nil {
+		return err
+	}
+	imex := func(check gpuhealthv1alpha1.Check, id, code string, severity gpuhealthv1alpha1.Severity, message string) monitors.Finding {
+		return monitors.Finding{
+			Source:    gpuhealthv1alpha1.SourceDCGM,
+			Check:     check,
+			Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentIMEX, ID: id},
+			Code:      code,
+			Severity:  severity,
+			Action:    gpuhealthv1alpha1.ActionRecertify,
+			Message:   message,
+		}
+	}
+	for _, v := range values {
+		if !v.Valid {
+			continue
+		}
+		switch v.Field {
+		case FieldIMEXDomainStatus:
+			down := imex(gpuhealthv1alpha1.CheckIMEXDomain, imexDomainID, imexDomainDown, gpuhealthv1alpha1.SeverityFatal,
+				"IMEX domain status is DOWN")
+			degraded := imex(gpuhealthv1alpha1.CheckIMEXDomain, imexDomainID, imexDomainDegraded, gpuhealthv1alpha1.SeverityDegraded,
+				"IMEX domain status is DEGRADED")
+			cleared := fmt.Sprintf("IMEX domain status is %s", v.String)
+			switch v.String {
+			case imexDomainUp:
+				r.conditions.release(down.Key(), cleared, now, r.report)
+				r.conditions.release(degraded.Key(), cleared, now, r.report)
+			case imexDomainDown:
+				r.conditions.release(degraded.Key(), cleared, now, r.report)
+				r.conditions.hold(scopeIMEX, down, now, r.report)
+			case imexDomainDegraded:
+				r.conditions.release(down.Key(), cleared, now, r.report)
+				r.conditions.hold(scopeIMEX, degraded, now, r.report)
+			default:
+				r.log.V(1).Info("Ignoring an unknown IMEX domain status", "status", v.String)
+			}
+		case FieldIMEXDaemonStatus:
+			state, ok := imexDaemonStates[v.Int]
+			if !ok {
+				state = "UNKNOWN"
+			}
+			f := imex(gpuhealthv1alpha1.CheckIMEXDaemon, imexDaemonID, codeIMEXDaemonNotReady, gpuhealthv1alpha1.SeverityDegraded,
+				fmt.Sprintf("IMEX daemon status is %s (%d), not READY (%d)", state, v.Int, imexDaemonReady))
+			if v.Int == imexDaemonReady {
+				r.conditions.release(f.Key(), "IMEX daemon status is READY", now, r.report)
+				continue
+			}
+			r.conditions.hold(scopeIMEX, f, now, r.report)
+		}
+	}
+	return nil
+}
+
+// pollHealth maps the health check's incidents. An incident the previous
+// check reported and this one does not is resolved; a failed check
+// resolves nothing.
+func (r *run) pollHealth(now time.Time) error {
+	incidents, err := r.client.HealthCheck()
+	if err != nil {
+		return err
+	}
+	seen := map[monitors.Key]bool{}
+	for _, in := range incidents {
+		f, ok := incidentToFinding(in, r.ids)
+		if !ok {
+			if in.Code != HealthXIDError {
+				r.log.V(1).Info("Ignoring a DCGM health incident the source does not map", "code", uint(in.Code), "message", in.Message)
+			}
+			continue
+		}
+		if seen[f.Key()] {
+			continue // two incidents on one component: the first one's message stands
+		}
+		seen[f.Key()] = true
+		r.conditions.hold(scopeHealth, f, now, r.report)
+	}
+	r.conditions.sweep(scopeHealth, seen, "DCGM health check no longer reports it", now, r.report)
+	return nil
+}
+
+// pollDropped logs and counts policy violations go-dcgm dropped since the
+// last poll.
+func (r *run) pollDropped() {
+	n := r.client.DroppedViolations()
+	if n <= r.dropped {
+		return
+	}
+	d := n - r.dropped
+	r.dropped = n
+	droppedViolations.Add(float64(d))
+	r.log.Info("DCGM dropped policy violations", "dropped", d, "droppedTotal", n)
+}
