@@ -82,3 +82,17 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestBuildSourcesMakesEveryConfiguredSource(t *testing.T) {
+	g := NewWithT(t)
+	cfg := Config{Sources: []string{"kmsg", "nvml", "dcgm", "imex"}}
+	srcs, err := buildSources(t.Context(), cfg, sourceDeps{stateDir: t.TempDir()})
+	g.Expect(err).NotTo(HaveOccurred())
+	var names []string
+	for _, s := range srcs {
+		names = append(names, s.Name())
+	}
+	g.Expect(names).To(Equal([]string{"kmsg", "nvml", "dcgm", "imex"}), "in the configured order")
+	_, err = buildSources(t.Context(), Config{Sources: []string{"gpu"}}, sourceDeps{})
+	g.Expect(err).To(MatchError(ContainSubstring(`source "gpu"`)))
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/gpuhealth/gpuhealth/monitors"
+	"github.com/gpuhealth/gpuhealth/monitors/dcgm"
 	"github.com/gpuhealth/gpuhealth/monitors/imex"
 	"github.com/gpuhealth/gpuhealth/monitors/kmsg"
 	"github.com/gpuhealth/gpuhealth/monitors/nvml"
@@ -56,6 +57,13 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 				k.Resolver = nv.ResolvePCI
 			}
 			out = append(out, k)
+		case "dcgm":
+			out = append(out, &dcgm.Source{
+				Mode:         dcgm.Mode(cfg.DCGM.Mode),
+				Address:      cfg.DCGM.Address,
+				PollInterval: cfg.DCGM.PollInterval.Duration,
+				Log:          deps.log.WithName("dcgm"),
+			})
 		case "imex":
 			out = append(out, &imex.Source{
 				Command:    cfg.IMEX.Command,
