@@ -1,0 +1,226 @@
+package framework
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+// Namespace is where the operator and the monitor DaemonSet live.
+const Namespace = "gpuhealth-system"
+
+// Cluster is one kwokctl cluster with the binary runtime.
+type Cluster struct {
+	// Name is unique per run.
+	Name string
+	// Root is the repository root (manifests are read from it).
+	Root string
+	// BinDir holds the control-plane binaries (hack/controlplane.sh).
+	BinDir string
+	// WorkDir is kwokctl's work directory for this cluster (KWOK_WORKDIR),
+	// so nothing lands in ~/.kwok and the user's kubeconfig is untouched.
+	WorkDir string
+	// Kubeconfig is the cluster's admin kubeconfig.
+	Kubeconfig string
+
+	// Config, Client and Clientset act as the cluster admin.
+	Config    *rest.Config
+	Client    client.Client
+	Clientset kubernetes.Interface
+	Scheme    *runtime.Scheme
+}
+
+// NewCluster names a cluster; Create starts it.
+func NewCluster(prefix, root, binDir, workDir string) (*Cluster, error) {
+	var b [3]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	for _, bin := range []string{"kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if _, err := os.Stat(filepath.Join(binDir, bin)); err != nil {
+			return nil, fmt.Errorf("control-plane binary %s missing in %s (run hack/controlplane.sh): %w", bin, binDir, err)
+		}
+	}
+	name := fmt.Sprintf("%s-%s", prefix, hex.EncodeToString(b[:]))
+	return &Cluster{
+		Name: name, Root: root, BinDir: binDir, WorkDir: workDir,
+		Kubeconfig: filepath.Join(workDir, "clusters", name, "kubeconfig.yaml"),
+	}, nil
+}
+
+// kwokctl runs kwokctl for this cluster.
+func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
+	args = append(args, "--name", c.Name)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, "kwokctl"), args...)
+	cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+c.WorkDir)
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kwokctl %s: %w\n%s", strings.Join(args, " "), err, tail(out, 3000))
+	}
+	return nil
+}
+
+// Create starts the cluster with the suite's kwok stages and connects to it.
+func (c *Cluster) Create(ctx context.Context) error {
+	b := func(n string) string { return filepath.Join(c.BinDir, n) }
+	err := c.kwokctl(ctx, "create", "cluster",
+		"--runtime", "binary",
+		"--kubeconfig", filepath.Join(c.WorkDir, "kubeconfig-unused.yaml"),
+		"--config", filepath.Join(c.Root, "e2e", "testdata", "kwok-stages.yaml"),
+		"--wait", "2m", "--timeout", "3m",
+		"--etcd-binary", b("etcd"),
+		"--kube-apiserver-binary", b("kube-apiserver"),
+		"--kube-controller-manager-binary", b("kube-controller-manager"),
+		"--kube-scheduler-binary", b("kube-scheduler"),
+		"--kwok-controller-binary", b("kwok"))
+	if err != nil {
+		return err
+	}
+	return c.connect()
+}
+
+func (c *Cluster) connect() error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading %s: %w", c.Kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	c.Config = cfg
+	c.Scheme = runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(c.Scheme); err != nil {
+		return err
+	}
+	if err := gpuhealthv1alpha1.AddToScheme(c.Scheme); err != nil {
+		return err
+	}
+	if c.Client, err = client.New(cfg, client.Options{Scheme: c.Scheme}); err != nil {
+		return err
+	}
+	c.Clientset, err = kubernetes.NewForConfig(cfg)
+	return err
+}
+
+// Stop stops every component of the cluster (an outage); Start brings them
+// back with the same data.
+func (c *Cluster) Stop(ctx context.Context) error { return c.kwokctl(ctx, "stop", "cluster") }
+
+// Start starts a stopped cluster and waits for the apiserver.
+func (c *Cluster) Start(ctx context.Context) error {
+	if err := c.kwokctl(ctx, "start", "cluster", "--wait", "2m"); err != nil {
+		return err
+	}
+	return Poll(ctx, 2*time.Minute, func() (bool, string) {
+		_, err := c.Clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// Delete removes the cluster and its processes.
+func (c *Cluster) Delete(ctx context.Context) error {
+	return c.kwokctl(ctx, "delete", "cluster")
+}
+
+// LogsDir is where kwokctl keeps each component's log.
+func (c *Cluster) LogsDir() string { return filepath.Join(c.WorkDir, "clusters", c.Name, "logs") }
+
+// Kubectl runs kubectl as the admin and returns its combined output.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	cmd.Dir = c.Root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, tail(out, 3000))
+	}
+	return string(out), nil
+}
+
+// Install applies the project's manifests as a user would — CRDs, the
+// operator's and the monitor's RBAC, the admission policy, the monitor
+// DaemonSet — and waits until the CRDs serve.
+func (c *Cluster) Install(ctx context.Context) error {
+	if _, err := c.Kubectl(ctx, "apply", "-f", "config/manager/namespace.yaml", "-f", "config/crd", "-f", "config/rbac", "-f", "config/monitor"); err != nil {
+		return err
+	}
+	_, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/nodehealthevents.gpuhealth.dev", "crd/nodehealths.gpuhealth.dev", "crd/remediationpolicies.gpuhealth.dev")
+	return err
+}
+
+// TokenKubeconfig writes a kubeconfig that authenticates only with a
+// service-account token (no client certificate, so the RBAC is the service
+// account's). When podName is set the token is bound to that pod, which makes
+// the apiserver put the pod's node into the request's user info.
+func (c *Cluster) TokenKubeconfig(ctx context.Context, path, namespace, serviceAccount, podName string) error {
+	exp := int64((6 * time.Hour).Seconds())
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}
+	if podName != "" {
+		pod, err := c.Clientset.CoreV1().Pods(namespace).Get(ctx, podName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading pod %s/%s to bind a token to: %w", namespace, podName, err)
+		}
+		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	tr, err := c.Clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount, req, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating a token for %s/%s: %w", namespace, serviceAccount, err)
+	}
+	ca := c.Config.CAData
+	if len(ca) == 0 && c.Config.CAFile != "" {
+		if ca, err = os.ReadFile(c.Config.CAFile); err != nil {
+			return fmt.Errorf("reading the cluster CA: %w", err)
+		}
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: ca, InsecureSkipTLSVerify: len(ca) == 0}
+	kc.AuthInfos[serviceAccount] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: serviceAccount}
+	kc.CurrentContext = "e2e"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// Poll calls check every 200 ms until it returns true or timeout passes; the
+// error carries check's last message.
+func Poll(ctx context.Context, timeout time.Duration, check func() (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, msg := check()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s: %s", timeout, msg)
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), errors.New(msg))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,207 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Labels of a fake GPU node, as NVIDIA's GPU Operator and DRA driver set
+// them on real ones.
+const (
+	GPUPresentLabel = "nvidia.com/gpu.present"
+	CliqueLabel     = "nvidia.com/gpu.clique"
+	GPUResource     = "nvidia.com/gpu"
+	// ClusterUUID is the fake NVLink domain the nodes' cliques belong to.
+	ClusterUUID = "7c3e2f10-0c0a-4a6e-9f3e-6d1b2a4c5e80"
+)
+
+// Options configure an Env.
+type Options struct {
+	// Prefix names the cluster (a random suffix is added).
+	Prefix string
+	// Root is the repository root.
+	Root string
+	// Dir holds binaries, kubeconfigs, scenarios, spools and logs.
+	Dir string
+	// Nodes is how many fake GPU nodes to create (gpu-node-0 …).
+	Nodes int
+	// PolicyPatch is a JSON merge patch applied to config/samples'
+	// default RemediationPolicy (shorter durations for a quick run).
+	PolicyPatch string
+	// Log receives progress lines.
+	Log func(format string, args ...any)
+}
+
+// Env is a running gpuhealth installation on a kwok cluster.
+type Env struct {
+	Options
+	Cluster  *Cluster
+	Bins     Binaries
+	Operator *Process
+	Monitors map[string]*Monitor
+	Nodes    []string
+}
+
+// Setup builds the binaries, creates the cluster, installs the manifests and
+// the default policy, creates the GPU nodes, and starts a monitor per node
+// and the operator. On error it returns what it made so far, for Teardown.
+func Setup(ctx context.Context, o Options) (*Env, error) {
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	e := &Env{Options: o, Monitors: map[string]*Monitor{}}
+	binDir, err := ControlPlane(ctx, o.Root)
+	if err != nil {
+		return e, err
+	}
+	o.Log("building gpuhealth-operator, gpuhealth-monitor and the fake NVML library")
+	if e.Bins, err = Build(ctx, o.Root, o.Dir); err != nil {
+		return e, err
+	}
+	if e.Cluster, err = NewCluster(o.Prefix, o.Root, binDir, filepath.Join(o.Dir, "kwok")); err != nil {
+		return e, err
+	}
+	o.Log("creating kwok cluster %s (real kube-apiserver, etcd, controller-manager, scheduler; fake nodes)", e.Cluster.Name)
+	if err := e.Cluster.Create(ctx); err != nil {
+		return e, err
+	}
+	o.Log("installing config/crd, config/rbac, config/monitor and the default RemediationPolicy with kubectl")
+	if err := e.Cluster.Install(ctx); err != nil {
+		return e, err
+	}
+	if _, err := e.Cluster.Kubectl(ctx, "apply", "-f", "config/samples/gpuhealth_v1alpha1_remediationpolicy.yaml"); err != nil {
+		return e, err
+	}
+	if o.PolicyPatch != "" {
+		if _, err := e.Cluster.Kubectl(ctx, "patch", "remediationpolicy", "default", "--type", "merge", "-p", o.PolicyPatch); err != nil {
+			return e, err
+		}
+	}
+	o.Log("creating %d fake GPU nodes", o.Nodes)
+	for i := range o.Nodes {
+		name := fmt.Sprintf("gpu-node-%d", i)
+		if err := e.createNode(ctx, name, i/4); err != nil {
+			return e, err
+		}
+		e.Nodes = append(e.Nodes, name)
+	}
+	o.Log("starting a gpuhealth-monitor per node (fake NVML, token bound to the node's DaemonSet pod)")
+	for i, n := range e.Nodes {
+		m, err := NewMonitor(ctx, e.Cluster, e.Bins, o.Dir, n, Scenario(i))
+		if err != nil {
+			return e, err
+		}
+		e.Monitors[n] = m
+		if err := m.Start(ctx); err != nil {
+			return e, err
+		}
+	}
+	o.Log("starting gpuhealth-operator as its service account")
+	if e.Operator, err = NewOperator(ctx, e.Cluster, e.Bins.Operator, o.Dir); err != nil {
+		return e, err
+	}
+	if err := e.Operator.Start(ctx); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// GPUUUID is the UUID of GPU device on the node with index node.
+func GPUUUID(node, device int) string {
+	return fmt.Sprintf("GPU-%08x-%04x-4000-8000-%012x", node, device, node*8+device)
+}
+
+// Scenario is the fake NVML scenario of node i: eight H200s with 18 NVLinks
+// each and a healthy fabric.
+func Scenario(i int) string {
+	var b strings.Builder
+	b.WriteString("# eight GPUs, 18 NVLinks each, fabric up\n")
+	for d := range 8 {
+		fmt.Fprintf(&b, "device index=%d uuid=%s pci=0000:%02x:00.0 name=\"NVIDIA H200\" links=18\n", d, GPUUUID(i, d), 0x18+d*0x10)
+		fmt.Fprintf(&b, "fabric device=%d state=completed health=healthy status=success clique=%d cluster=%s\n", d, i/4, strings.ReplaceAll(ClusterUUID, "-", ""))
+	}
+	return b.String()
+}
+
+// createNode registers a kwok-managed fake GPU node.
+func (e *Env) createNode(ctx context.Context, name string, clique int) error {
+	q := resource.MustParse
+	res := corev1.ResourceList{corev1.ResourceCPU: q("96"), corev1.ResourceMemory: q("1Ti"), corev1.ResourcePods: q("110"), GPUResource: q("8")}
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+			Labels: map[string]string{
+				"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+				GPUPresentLabel: "true", CliqueLabel: fmt.Sprintf("%s.%d", ClusterUUID, clique),
+			},
+		},
+		Status: corev1.NodeStatus{Allocatable: res, Capacity: res},
+	}
+	if err := e.Cluster.Client.Create(ctx, n); err != nil {
+		return fmt.Errorf("creating node %s: %w", name, err)
+	}
+	return Poll(ctx, time.Minute, func() (bool, string) {
+		var got corev1.Node
+		if err := e.Cluster.Client.Get(ctx, types.NamespacedName{Name: name}, &got); err != nil {
+			return false, err.Error()
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, "node " + name + " not Ready yet"
+	})
+}
+
+// Teardown stops the processes, copies the cluster's component logs next to
+// ours when keepLogs, and deletes the cluster.
+func (e *Env) Teardown(ctx context.Context, keepLogs bool) error {
+	if e.Operator != nil {
+		e.Operator.Stop()
+	}
+	for _, m := range e.Monitors {
+		m.Stop()
+	}
+	if e.Cluster == nil {
+		return nil
+	}
+	var errs []error
+	if keepLogs {
+		dst := filepath.Join(e.Dir, "cluster-logs")
+		if out, err := exec.CommandContext(ctx, "cp", "-r", e.Cluster.LogsDir(), dst).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("copying cluster logs: %w: %s", err, out))
+		}
+		if out, err := e.Cluster.Kubectl(ctx, "get", "nodes,nodehealths,nodehealthevents,remediationpolicies,jobs,pods,events", "-A", "-o", "yaml"); err == nil {
+			_ = os.WriteFile(filepath.Join(e.Dir, "objects.yaml"), []byte(out), 0o600)
+		}
+	}
+	errs = append(errs, e.Cluster.Delete(ctx))
+	return errors.Join(errs...)
+}
+
+// ControlPlane runs hack/controlplane.sh (which builds or finds the cached
+// binaries) and returns the directory it prints last.
+func ControlPlane(ctx context.Context, root string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "controlplane.sh"))
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/controlplane.sh: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
+}

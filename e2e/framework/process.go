@@ -1,0 +1,269 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuhealth/gpuhealth/monitors/fakenvml"
+)
+
+// Binaries are the files the suite runs.
+type Binaries struct {
+	Operator string
+	Monitor  string
+	// NVMLDir holds the fake libnvidia-ml.so.1.
+	FakeNVML string
+}
+
+// Build compiles gpuhealth-operator, gpuhealth-monitor and the fake NVML
+// library into dir.
+func Build(ctx context.Context, root, dir string) (Binaries, error) {
+	b := Binaries{Operator: filepath.Join(dir, "gpuhealth-operator"), Monitor: filepath.Join(dir, "gpuhealth-monitor")}
+	for out, pkg := range map[string]string{b.Operator: "./cmd/gpuhealth-operator", b.Monitor: "./cmd/gpuhealth-monitor"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+		cmd.Dir = root
+		if o, err := cmd.CombinedOutput(); err != nil {
+			return b, fmt.Errorf("building %s: %w\n%s", pkg, err, tail(o, 3000))
+		}
+	}
+	lib, err := fakenvml.Build(dir)
+	b.FakeNVML = lib
+	return b, err
+}
+
+// Process is one of our binaries running on the host.
+type Process struct {
+	Name    string
+	LogPath string
+	// Health is the host:port of its /healthz and /readyz.
+	Health string
+	// Metrics is the host:port of its /metrics.
+	Metrics string
+
+	args []string
+	env  []string
+	bin  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start runs the process (again, after Stop or Kill) and waits for /readyz.
+func (p *Process) Start(ctx context.Context) error {
+	p.mu.Lock()
+	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		p.mu.Unlock()
+		_ = log.Close()
+		return fmt.Errorf("starting %s: %w", p.Name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = log.Close(); close(done) }()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	return Poll(ctx, time.Minute, func() (bool, string) {
+		select {
+		case <-done:
+			return false, fmt.Sprintf("%s exited; see %s", p.Name, p.LogPath)
+		default:
+		}
+		resp, err := http.Get("http://" + p.Health + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+}
+
+// Stop sends SIGTERM and waits (SIGKILL after 15 s).
+func (p *Process) Stop() { p.signal(syscall.SIGTERM, 15*time.Second) }
+
+// Kill sends SIGKILL: a crash.
+func (p *Process) Kill() { p.signal(syscall.SIGKILL, 0) }
+
+func (p *Process) signal(sig syscall.Signal, grace time.Duration) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.cmd = nil
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	if grace > 0 {
+		select {
+		case <-done:
+			return
+		case <-time.After(grace):
+			_ = cmd.Process.Kill()
+		}
+	}
+	<-done
+}
+
+// Running reports whether the process runs.
+func (p *Process) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// FreeAddr returns a free 127.0.0.1 port.
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String(), nil
+}
+
+func baseEnv() []string {
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "KUBECONFIG=") {
+			env = append(env, e)
+		}
+	}
+	return env
+}
+
+// NewOperator prepares the operator as a host process authenticated as the
+// gpuhealth-operator service account (config/rbac), so missing RBAC fails.
+func NewOperator(ctx context.Context, c *Cluster, bin, dir string) (*Process, error) {
+	kc := filepath.Join(dir, "operator.kubeconfig")
+	if err := c.TokenKubeconfig(ctx, kc, Namespace, "gpuhealth-operator", ""); err != nil {
+		return nil, err
+	}
+	health, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	return &Process{
+		Name: "gpuhealth-operator", LogPath: filepath.Join(dir, "operator.log"), Health: health, Metrics: metrics, bin: bin,
+		// Leader election stays on (its Lease RBAC is part of what is tested).
+		args: []string{"--kubeconfig", kc, "--namespace", Namespace, "--leader-elect=true",
+			"--health-probe-bind-address", health, "--metrics-bind-address", metrics, "--zap-devel"},
+		env: baseEnv(),
+	}, nil
+}
+
+// Monitor is one node's gpuhealth-monitor with its fake NVML scenario.
+type Monitor struct {
+	*Process
+	Node     string
+	Scenario string
+	SpoolDir string
+}
+
+// NewMonitor prepares the monitor for node: it finds the monitor
+// DaemonSet's pod on that node (kwok runs it as a fake pod), gets a token
+// bound to that pod — so the own-node admission policy applies for real —
+// and writes the node's scenario.
+func NewMonitor(ctx context.Context, c *Cluster, b Binaries, dir, node, scenario string) (*Monitor, error) {
+	var pod string
+	err := Poll(ctx, 2*time.Minute, func() (bool, string) {
+		pods, err := c.Clientset.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/name=gpuhealth-monitor", FieldSelector: "spec.nodeName=" + node,
+		})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				pod = p.Name
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no running gpuhealth-monitor pod on %s yet (%d pods)", node, len(pods.Items))
+	})
+	if err != nil {
+		return nil, err
+	}
+	nodeDir := filepath.Join(dir, node)
+	if err := os.MkdirAll(nodeDir, 0o700); err != nil {
+		return nil, err
+	}
+	kc := filepath.Join(nodeDir, "monitor.kubeconfig")
+	if err := c.TokenKubeconfig(ctx, kc, Namespace, "gpuhealth-monitor", pod); err != nil {
+		return nil, err
+	}
+	sc := filepath.Join(nodeDir, "scenario.txt")
+	if err := os.WriteFile(sc, []byte(scenario), 0o600); err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(nodeDir, "monitor.yaml")
+	// Short intervals so the suite runs in seconds, not minutes.
+	if err := os.WriteFile(cfg, []byte("sources: [nvml]\nnvml: {pollInterval: 1s, window: 5s}\npublish: {window: 1s}\n"), 0o600); err != nil {
+		return nil, err
+	}
+	health, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	spool := filepath.Join(nodeDir, "spool")
+	return &Monitor{
+		Node: node, Scenario: sc, SpoolDir: spool,
+		Process: &Process{
+			Name: "gpuhealth-monitor on " + node, LogPath: filepath.Join(nodeDir, "monitor.log"), Health: health, Metrics: metrics,
+			bin: b.Monitor,
+			args: []string{"--kubeconfig", kc, "--node-name", node, "--config", cfg, "--nvml-library", b.FakeNVML,
+				"--spool-dir", spool, "--health-probe-bind-address", health, "--metrics-bind-address", metrics, "--zap-devel"},
+			env: append(baseEnv(), fakenvml.ScenarioEnv+"="+sc),
+		},
+	}, nil
+}
+
+// Inject appends lines to the node's scenario; the fake NVML library reads
+// them within 100 ms.
+func (m *Monitor) Inject(lines ...string) error {
+	f, err := os.OpenFile(m.Scenario, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	_, err = f.WriteString(strings.Join(lines, "\n") + "\n")
+	return err
+}
+
+// InjectXID makes the node's GPU device raise an XID now.
+func (m *Monitor) InjectXID(device, code int) error {
+	return m.Inject(fmt.Sprintf("xid device=%d code=%d at=%s", device, code, fakenvml.At(time.Now().Add(200*time.Millisecond))))
+}

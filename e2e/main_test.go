@@ -1,0 +1,69 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/gpuhealth/gpuhealth/e2e/framework"
+)
+
+// env is the one installation every case runs against, in order.
+var env *framework.Env
+
+// e2ePolicy shortens the default policy's durations so that a whole cycle
+// takes seconds: the sample's soak window, backoff and timeouts are meant for
+// real machines. Everything else is the sample as shipped.
+const e2ePolicy = `{"spec":{
+  "recertification":{"soakWindow":"3s","backoff":"2s","timeout":"2m","maxAttempts":2},
+  "remediation":{"rebootNode":{"timeout":"2m"},"resetGPU":{"timeout":"2m"}},
+  "circuitBreaker":{"threshold":"100%"},
+  "drain":{"timeout":"5m"}
+}}`
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		panic(err)
+	}
+	dir, err := os.MkdirTemp("", "gpuhealth-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "[e2e %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	env, err = framework.Setup(ctx, framework.Options{
+		Prefix: "gpuhealth-e2e", Root: root, Dir: dir, Nodes: 5, PolicyPatch: e2ePolicy, Log: logf,
+	})
+	code := 1
+	if err != nil {
+		logf("setting up: %v", err)
+	} else {
+		SetDefaultEventuallyTimeout(2 * time.Minute)
+		SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+		code = m.Run()
+	}
+	keep := code != 0 || os.Getenv("GPUHEALTH_E2E_KEEP") != ""
+	if err := env.Teardown(ctx, keep); err != nil {
+		logf("tearing down: %v", err)
+	}
+	if keep {
+		logf("logs of every component, the objects and each node's scenario are in %s", dir)
+	} else {
+		_ = os.RemoveAll(dir)
+	}
+	return code
+}
