@@ -149,6 +149,13 @@ type DrainStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=10
 	Blocked []BlockedPod `json:"blocked,omitempty"`
+
+	// completedAt is when no pod that must leave was left on the node. A
+	// ComputeDomain member then still has to leave its domain before it is
+	// drained; policy computeDomain.leaveTimeout counts from here. Unset
+	// while pods remain.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
 }
 
 // JobResult is the outcome of a recertification or remediation Job.
@@ -216,6 +223,47 @@ const (
 	MembershipLeft Membership = "Left"
 )
 
+// MembershipTrace is one sign that a node still belongs to its ComputeDomain.
+// +kubebuilder:validation:Enum=NodeLabel;DaemonPod;CliqueEntry;StatusEntry
+type MembershipTrace string
+
+const (
+	// TraceNodeLabel is the node label resource.nvidia.com/computeDomain=<uid>,
+	// which the DRA driver removes when the node's channel claim is unprepared.
+	TraceNodeLabel MembershipTrace = "NodeLabel"
+	// TraceDaemonPod is the domain's IMEX daemon pod on the node.
+	TraceDaemonPod MembershipTrace = "DaemonPod"
+	// TraceCliqueEntry is the node's entry in a ComputeDomainClique's daemons.
+	TraceCliqueEntry MembershipTrace = "CliqueEntry"
+	// TraceStatusEntry is the node's entry in ComputeDomain status.nodes
+	// (drivers without ComputeDomainClique objects).
+	TraceStatusEntry MembershipTrace = "StatusEntry"
+)
+
+// NodeHealthComputeDomainLeaveStuckCondition is True when a drained node's
+// ComputeDomain membership outlived the policy's computeDomain.leaveTimeout;
+// the node stays in Draining until every trace is gone. It is named for the
+// problem (not positive polarity) because it is how the issue is alerted on.
+const NodeHealthComputeDomainLeaveStuckCondition = "ComputeDomainLeaveStuck"
+
+// FabricDegradedTaintKey is the taint gpuhealth puts (NoSchedule) on every
+// node of an NVLink clique with a fabric-scoped fault, so that no new
+// ComputeDomain lands on the broken rack. Healthy members are not drained.
+const FabricDegradedTaintKey = "gpuhealth.dev/fabric-degraded"
+
+// BudgetName names one of the policy's budgets.
+// +kubebuilder:validation:Enum=maxUnavailable;maxUnavailablePerComputeDomain;maxUnavailablePerClique
+type BudgetName string
+
+const (
+	// BudgetMaxUnavailable is spec.budgets.maxUnavailable.
+	BudgetMaxUnavailable BudgetName = "maxUnavailable"
+	// BudgetPerComputeDomain is spec.budgets.maxUnavailablePerComputeDomain.
+	BudgetPerComputeDomain BudgetName = "maxUnavailablePerComputeDomain"
+	// BudgetPerClique is spec.budgets.maxUnavailablePerClique.
+	BudgetPerClique BudgetName = "maxUnavailablePerClique"
+)
+
 // ComputeDomainMembership is the node's place in an NVIDIA ComputeDomain.
 type ComputeDomainMembership struct {
 	// uid is the ComputeDomain's UID (the value of the node label
@@ -247,6 +295,17 @@ type ComputeDomainMembership struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
 	DomainStatus string `json:"domainStatus,omitempty"`
+
+	// traces lists what still ties the node to the domain (node label,
+	// daemon pod, clique or status entry); empty once it has left.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=4
+	Traces []MembershipTrace `json:"traces,omitempty"`
+
+	// leftAt is when the operator first saw every trace gone.
+	// +optional
+	LeftAt *metav1.Time `json:"leftAt,omitempty"`
 }
 
 // Transition is one entry of a node's history.
@@ -341,8 +400,18 @@ type NodeHealthStatus struct {
 	Recertification *RecertificationStatus `json:"recertification,omitempty"`
 
 	// computeDomain is the node's ComputeDomain membership, when it has one.
+	// A node that left its domain while out of service keeps the entry
+	// (membership Left), so it still counts against the domain's budget
+	// until it returns to service.
 	// +optional
 	ComputeDomain *ComputeDomainMembership `json:"computeDomain,omitempty"`
+
+	// blockingBudget names the budget a quarantined node waits for
+	// (maxUnavailable, maxUnavailablePerComputeDomain or
+	// maxUnavailablePerClique); the message carries the numbers. Empty when
+	// the node does not wait for a budget.
+	// +optional
+	BlockingBudget BudgetName `json:"blockingBudget,omitempty"`
 
 	// preexistingCordon is true when the node was already unschedulable
 	// before gpuhealth quarantined it; gpuhealth then never uncordons it.

@@ -381,19 +381,63 @@ type BudgetsSpec struct {
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailable must be a non-negative count (2) or a percentage from 0% to 100% (\"10%\")"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 
-	// maxUnavailablePerComputeDomain limits nodes out of service per ComputeDomain. Default 1.
+	// maxUnavailablePerComputeDomain limits the members of one ComputeDomain
+	// that drain or recertify at once; a percentage is of the domain's
+	// members (including those out of service). Default 1.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailablePerComputeDomain must be a non-negative count (1) or a percentage from 0% to 100% (\"25%\")"
 	MaxUnavailablePerComputeDomain *intstr.IntOrString `json:"maxUnavailablePerComputeDomain,omitempty"`
 
-	// maxUnavailablePerClique limits nodes out of service per NVLink clique. Default 1.
+	// maxUnavailablePerClique limits the nodes of one NVLink clique (node
+	// label nvidia.com/gpu.clique, an NVL72 rack) that drain or recertify at
+	// once; a percentage is of the clique's managed nodes. Default 1.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailablePerClique must be a non-negative count (1) or a percentage from 0% to 100% (\"25%\")"
 	MaxUnavailablePerClique *intstr.IntOrString `json:"maxUnavailablePerClique,omitempty"`
+}
+
+// ComputeDomainSpec is how gpuhealth keeps NVIDIA ComputeDomains (multi-node
+// NVLink jobs) consistent while it takes their members out of service.
+// Without the ComputeDomain CRDs in the cluster only the node labels count.
+type ComputeDomainSpec struct {
+	// leaveTimeout is how long a drained member may take to leave its
+	// ComputeDomain (node label, daemon pod and clique entry gone) before
+	// the NodeHealth gets the condition ComputeDomainLeaveStuck and a
+	// Warning Event. The node stays in Draining either way. Default 10m.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="leaveTimeout must be a positive duration such as 30s, 5m or 1h"
+	LeaveTimeout *Duration `json:"leaveTimeout,omitempty"`
+
+	// deadMemberGracePeriod is how long a fenced member must have been
+	// NotReady (by its Ready condition's last transition) before its stale
+	// ComputeDomain daemon pod is deleted so that the surviving members
+	// drop it. Default 5m.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$')",message="deadMemberGracePeriod must be a non-negative duration such as 0s, 5m or 1h"
+	DeadMemberGracePeriod *Duration `json:"deadMemberGracePeriod,omitempty"`
+
+	// notReadyIsDead lets a fenced member that is NotReady past the grace
+	// period count as dead without the node.kubernetes.io/out-of-service
+	// taint. Leave it false unless a NotReady node here is known to be
+	// powered off: a partitioned node that still runs its IMEX daemon would
+	// otherwise lose its peers. Default false.
+	// +optional
+	// +kubebuilder:default=false
+	NotReadyIsDead bool `json:"notReadyIsDead"`
+
+	// taintDegradedCliques puts gpuhealth.dev/fabric-degraded:NoSchedule on
+	// every node of an NVLink clique with a fabric-scoped fault (IMEX domain
+	// DOWN, fatal NVSwitch fault, fabric not completed) until it resolves.
+	// Default true.
+	// +optional
+	// +kubebuilder:default=true
+	TaintDegradedCliques *bool `json:"taintDegradedCliques,omitempty"`
 }
 
 // CircuitBreakerSpec stops new quarantines when too many nodes enter
@@ -469,6 +513,11 @@ type RemediationPolicySpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	CircuitBreaker CircuitBreakerSpec `json:"circuitBreaker"`
+
+	// computeDomain is how members of NVIDIA ComputeDomains are handled.
+	// +optional
+	// +kubebuilder:default={}
+	ComputeDomain ComputeDomainSpec `json:"computeDomain"`
 
 	// dryRun makes the operator decide and record (NodeHealth, Events,
 	// metrics) without touching any node or pod.

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/controllers/nodehealth"
 	"github.com/gpuhealth/gpuhealth/controllers/policy"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
@@ -103,18 +105,33 @@ func run() error {
 // and hands them to the controllers.
 func setup(ctx context.Context, mgr ctrl.Manager, namespace string, workers int) error {
 	clk := clock.RealClock{}
+	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("creating the discovery client: %w", err)
+	}
+	// The ComputeDomain view waits for NVIDIA's CRDs and watches them once
+	// they are served; without them it costs one discovery GET per 30 s.
+	view := computedomain.NewView(mgr.GetCache(), disc, clk)
+	if err := mgr.Add(view); err != nil {
+		return fmt.Errorf("adding the ComputeDomain view: %w", err)
+	}
+	recorder := mgr.GetEventRecorder("gpuhealth-operator")
 	r := &nodehealth.Reconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Clock:                   clk,
-		Recorder:                mgr.GetEventRecorder("gpuhealth-operator"),
+		Recorder:                recorder,
 		Drainer:                 drain.New(mgr.GetClient(), clk),
 		Breaker:                 breaker.New(),
 		Namespace:               namespace,
+		ComputeDomains:          view,
 		MaxConcurrentReconciles: workers,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the nodehealth controller: %w", err)
+	}
+	if err := (&computedomain.FabricReconciler{Client: mgr.GetClient(), Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("setting up the fabric controller: %w", err)
 	}
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy status controller: %w", err)

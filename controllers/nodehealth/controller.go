@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -34,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
@@ -94,6 +94,9 @@ type Reconciler struct {
 	Breaker *breaker.Breaker
 	// Namespace is where recertification and remediation Jobs run.
 	Namespace string
+	// ComputeDomains is the read-only ComputeDomain view. Nil: membership
+	// comes from node labels and daemon pods only (no clique entries).
+	ComputeDomains *computedomain.View
 	// MaxConcurrentReconciles is how many nodes reconcile in parallel
 	// (evictions for many nodes proceed at once). Zero means 16.
 	MaxConcurrentReconciles int
@@ -125,7 +128,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if workers == 0 {
 		workers = 16
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.ComputeDomains != nil {
+		// Clique entries and domain status come and go without touching the
+		// node; the view names the nodes whose listing changed.
+		b = b.WatchesRawSource(source.Channel(r.ComputeDomains.Changes(), handler.EnqueueRequestsFromMapFunc(nodeHealthToNode)))
+	}
+	return b.
 		Named("nodehealth").
 		For(&corev1.Node{}, builder.WithPredicates(nodeChanged)).
 		Watches(&gpuhealthv1alpha1.NodeHealth{}, handler.EnqueueRequestsFromMapFunc(nodeHealthToNode)).
@@ -162,8 +171,20 @@ var nodeChanged = predicate.Funcs{
 		return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 			!equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
 			o.Spec.Unschedulable != n.Spec.Unschedulable ||
-			!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints)
+			!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
+			readyStatus(o) != readyStatus(n)
 	},
+}
+
+// readyStatus is the node's Ready condition status; a dead ComputeDomain
+// member is released some time after it turns False or Unknown.
+func readyStatus(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
 }
 
 // eventChanged lets through what a producer changes on a finding (a new
@@ -279,6 +300,12 @@ type scope struct {
 	// unwritten are transitions made in memory and not yet written; they are
 	// counted in the metrics once the status write succeeds.
 	unwritten []recordedTransition
+	// cd is the node's ComputeDomain membership as observed now; set before
+	// the findings are judged, never nil after that.
+	cd *observedMembership
+	// prevBlocking is status.blockingBudget as read, so a node that goes on
+	// waiting for the same budget is not announced again.
+	prevBlocking gpuhealthv1alpha1.BudgetName
 }
 
 // recordedTransition is a transition for the metrics.
@@ -406,6 +433,9 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope, before **gpuhealth
 	if s.nh.Status.Phase == "" {
 		fsm.Record(&s.nh.Status, "", gpuhealthv1alpha1.PhaseHealthy, ReasonManaged, "managed by RemediationPolicy "+s.policy.Name, "", s.now)
 	}
+	if err := r.observeComputeDomain(ctx, s); err != nil {
+		return err
+	}
 	if err := r.judgeEvents(ctx, s); err != nil {
 		return err
 	}
@@ -419,9 +449,23 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope, before **gpuhealth
 		}
 	}
 
-	// Each phase handler may fire a transition and hand on to the next
-	// phase's handler in the same reconcile, so a node goes from a finding
-	// to cordoned in one pass.
+	s.prevBlocking, s.nh.Status.BlockingBudget = s.nh.Status.BlockingBudget, ""
+	r.ensureMembershipStatus(s)
+	if err := r.runPhases(ctx, s, before); err != nil || s.fenceOnly {
+		return err
+	}
+	// Housekeeping after the phase's step, in the phase it ended in.
+	r.ensureMembershipStatus(s)
+	if s.machine.Phase() != gpuhealthv1alpha1.PhaseHealthy {
+		return r.ensureDeadMemberReleased(ctx, s)
+	}
+	return nil
+}
+
+// runPhases runs the phase steps. Each may fire a transition and hand on
+// to the next phase's step in the same reconcile, so a node goes from a
+// finding to cordoned in one pass.
+func (r *Reconciler) runPhases(ctx context.Context, s *scope, before **gpuhealthv1alpha1.NodeHealth) error {
 	for range 5 {
 		phase := s.machine.Phase()
 		var err error
@@ -444,47 +488,18 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope, before **gpuhealth
 	return nil
 }
 
-// policyFor returns the RemediationPolicy that manages the node: of those
-// whose nodeSelector selects it, the oldest (then by name), so adding a
-// second overlapping policy never silently takes nodes from the first.
+// policyFor returns the RemediationPolicy that manages the node (see
+// gpuhealthv1alpha1.ManagingPolicy), nil when none does.
 func (r *Reconciler) policyFor(ctx context.Context, node *corev1.Node) (*gpuhealthv1alpha1.RemediationPolicy, error) {
 	list := &gpuhealthv1alpha1.RemediationPolicyList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing remediation policies: %w", err)
 	}
-	var matching []*gpuhealthv1alpha1.RemediationPolicy
-	for i := range list.Items {
-		p := &list.Items[i]
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		if selects(p, node) {
-			matching = append(matching, p)
-		}
-	}
-	if len(matching) == 0 {
-		return nil, nil
-	}
-	sort.Slice(matching, func(i, j int) bool {
-		a, b := matching[i], matching[j]
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		return a.Name < b.Name
-	})
-	return matching[0], nil
+	return gpuhealthv1alpha1.ManagingPolicy(list.Items, node.Labels), nil
 }
 
 func selects(p *gpuhealthv1alpha1.RemediationPolicy, node *corev1.Node) bool {
-	sel := labels.Everything()
-	if p.Spec.NodeSelector != nil {
-		s, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
-		if err != nil {
-			return false
-		}
-		sel = s
-	}
-	return sel.Matches(labels.Set(node.Labels))
+	return p.Selects(node.Labels)
 }
 
 // ensureNodeHealth returns the node's NodeHealth, creating it owned by the
@@ -527,6 +542,7 @@ func (r *Reconciler) judgeEvents(ctx context.Context, s *scope) error {
 	for i := range list.Items {
 		ev := &list.Items[i]
 		j := judge(ev, s.policy.Spec.Rules, s.now.Time)
+		ignoreNonMemberIMEX(s, &j)
 		if !j.recheckAt.IsZero() {
 			s.wait(j.recheckAt.Sub(s.now.Time))
 		}
@@ -592,6 +608,10 @@ func (r *Reconciler) transition(ctx context.Context, s *scope, e fsm.Event, reas
 		eventType = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(s.node, s.nh, eventType, reason, string(e), "%s → %s: %s", from, to, message)
+	if (to == gpuhealthv1alpha1.PhaseQuarantined || to == gpuhealthv1alpha1.PhaseFailed) && s.cd != nil && s.cd.member() {
+		r.domainEvent(s, corev1.EventTypeWarning, ReasonMemberQuarantined, string(e),
+			"member %s is out of service (%s → %s, %s): %s", s.node.Name, from, to, reason, message)
+	}
 	return nil
 }
 

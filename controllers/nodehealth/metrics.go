@@ -15,6 +15,7 @@ const (
 	labelPhase  = "phase"
 	labelEvent  = "event"
 	labelNode   = "node"
+	labelBudget = "budget"
 )
 
 var (
@@ -28,6 +29,16 @@ var (
 		Help: "Number of state machine events refused as illegal in the node's phase; each is a bug.",
 	}, []string{labelPhase, labelEvent})
 
+	staleDaemonPodsDeleted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "gpuhealth_nodehealth_stale_daemon_pods_deleted_total",
+		Help: "Number of ComputeDomain daemon pods of dead, fenced members deleted so their peers drop them.",
+	})
+
+	budgetBlocked = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuhealth_nodehealth_budget_blocked_total",
+		Help: "Number of times a quarantined node started waiting for a budget, by budget.",
+	}, []string{labelBudget})
+
 	nodePhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gpuhealth_nodehealth_phase",
 		Help: "1 for the phase each managed node is in, 0 for the others.",
@@ -35,7 +46,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase)
+	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase, staleDaemonPodsDeleted, budgetBlocked)
 }
 
 // phaseGauge publishes the node's current phase.

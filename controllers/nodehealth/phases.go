@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -157,21 +158,26 @@ func (r *Reconciler) reconcileQuarantined(ctx context.Context, s *scope, before 
 // apiserver and the status written inside one lock, so two nodes never take
 // the last slot together.
 func (r *Reconciler) startDrain(ctx context.Context, s *scope, before **gpuhealthv1alpha1.NodeHealth) error {
-	if d, err := r.globalBudget(ctx, s, r.Client); err != nil || d.Allowed() == 0 {
-		r.waitForBudget(s, d, err)
+	if ds, blocked, err := r.budgets(ctx, s, r.Client); err != nil || len(blocked) > 0 {
+		r.waitForBudget(s, ds, blocked, err)
 		return nil
 	}
 	r.budgetMu.Lock()
 	defer r.budgetMu.Unlock()
-	d, err := r.globalBudget(ctx, s, r.APIReader)
-	if err != nil || d.Allowed() == 0 {
-		r.waitForBudget(s, d, err)
+	ds, blocked, err := r.budgets(ctx, s, r.APIReader)
+	if err != nil || len(blocked) > 0 {
+		r.waitForBudget(s, ds, blocked, err)
 		return nil
 	}
-	if err := r.transition(ctx, s, fsm.Drain, ReasonDraining, "budget allows: "+d.Message(), ""); err != nil {
+	msgs := make([]string, len(ds))
+	for i, d := range ds {
+		msgs[i] = d.Message()
+	}
+	if err := r.transition(ctx, s, fsm.Drain, ReasonDraining, "budgets allow: "+strings.Join(msgs, "; "), ""); err != nil {
 		return err
 	}
 	s.nh.Status.Drain = &gpuhealthv1alpha1.DrainStatus{StartedAt: &s.now}
+	r.ensureMembershipStatus(s)
 	// Write now, inside the lock, so the next budget count sees this node.
 	if err := r.Client.Status().Patch(ctx, s.nh, client.MergeFromWithOptions(*before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("patching status of nodehealth %s: %w", s.nh.Name, err)
@@ -181,54 +187,88 @@ func (r *Reconciler) startDrain(ctx context.Context, s *scope, before **gpuhealt
 	return nil
 }
 
-// waitForBudget records that the node waits for a budget (the status
-// reason and message carry the numbers) and looks again later.
-func (r *Reconciler) waitForBudget(s *scope, d budget.Decision, err error) {
-	msg := "waiting for budget: " + d.Message()
+// waitForBudget records that the node waits for a budget: status.reason
+// WaitingForBudget, status.blockingBudget the first budget without room and
+// the message the numbers of every blocking budget. The first time a budget
+// blocks the node it is counted and, for a ComputeDomain member, published
+// on the domain.
+func (r *Reconciler) waitForBudget(s *scope, ds []budget.Decision, blocked []int, err error) {
+	name := gpuhealthv1alpha1.BudgetMaxUnavailable
+	msg := "waiting for budget: "
 	if err != nil {
-		msg = "waiting for budget: " + err.Error()
+		msg += err.Error()
+		if len(ds) > 0 {
+			name = gpuhealthv1alpha1.BudgetName(ds[len(ds)-1].Name)
+		}
+	} else {
+		name = gpuhealthv1alpha1.BudgetName(ds[blocked[0]].Name)
+		parts := make([]string, len(blocked))
+		for i, b := range blocked {
+			parts[i] = ds[b].Message()
+		}
+		msg += strings.Join(parts, "; ")
 	}
 	setStatusReason(s, ReasonWaitingForBudget, msg)
+	s.nh.Status.BlockingBudget = name
+	if s.prevBlocking != name {
+		budgetBlocked.WithLabelValues(string(name)).Inc()
+		r.domainEvent(s, corev1.EventTypeWarning, ReasonMemberWaitingForBudget, "Drain",
+			"member %s is quarantined and waits for budget %s: %s", s.node.Name, name, msg)
+	}
 	s.wait(budgetRecheck)
 }
 
-// globalBudget counts, through reader, the policy's managed nodes that are
-// draining or recertifying against maxUnavailable.
-func (r *Reconciler) globalBudget(ctx context.Context, s *scope, reader client.Reader) (budget.Decision, error) {
+// budgets counts, through reader, the nodes draining or recertifying
+// against every budget that applies to the node: maxUnavailable over the
+// policy's managed nodes, maxUnavailablePerComputeDomain over its domain's
+// members and maxUnavailablePerClique over its NVLink clique. It returns
+// the decisions and the indexes of those without room.
+func (r *Reconciler) budgets(ctx context.Context, s *scope, reader client.Reader) ([]budget.Decision, []int, error) {
 	managed, err := r.managedNodes(ctx, s.policy)
 	if err != nil {
-		return budget.Decision{}, err
+		return nil, nil, err
 	}
 	list := &gpuhealthv1alpha1.NodeHealthList{}
 	if err := reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		return budget.Decision{}, fmt.Errorf("listing nodehealths: %w", err)
+		return nil, nil, fmt.Errorf("listing nodehealths: %w", err)
 	}
 	consuming := 0
 	for i := range list.Items {
 		nh := &list.Items[i]
-		if nh.Name == s.nh.Name || !managed[nh.Name] {
-			continue
-		}
-		if p := nh.Status.Phase; p == gpuhealthv1alpha1.PhaseDraining || p == gpuhealthv1alpha1.PhaseRecertifying {
+		if _, ok := managed[nh.Name]; ok && nh.Name != s.nh.Name && usesBudget(nh) {
 			consuming++
 		}
 	}
 	limit, err := budget.Limit(s.policy.Spec.Budgets.MaxUnavailable, len(managed), intstr.FromString("10%"))
-	d := budget.Decision{Name: "maxUnavailable", Limit: limit, Consuming: consuming, Total: len(managed)}
-	return d, err
+	ds := []budget.Decision{{Name: string(gpuhealthv1alpha1.BudgetMaxUnavailable), Limit: limit, Consuming: consuming, Total: len(managed)}}
+	if err != nil {
+		return ds, nil, err
+	}
+	domain, err := r.domainBudgets(s, list.Items, managed)
+	ds = append(ds, domain...)
+	if err != nil {
+		return ds, nil, err
+	}
+	var blocked []int
+	for i, d := range ds {
+		if d.Allowed() == 0 {
+			blocked = append(blocked, i)
+		}
+	}
+	return ds, blocked, nil
 }
 
-// managedNodes returns the names of the nodes the policy selects, read
-// from the cache without copies (read-only).
-func (r *Reconciler) managedNodes(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (map[string]bool, error) {
+// managedNodes returns the labels of the nodes the policy selects, by
+// name, read from the cache without copies (read-only).
+func (r *Reconciler) managedNodes(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (map[string]map[string]string, error) {
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	managed := make(map[string]bool, len(nodes.Items))
+	managed := make(map[string]map[string]string, len(nodes.Items))
 	for i := range nodes.Items {
 		if selects(p, &nodes.Items[i]) {
-			managed[nodes.Items[i].Name] = true
+			managed[nodes.Items[i].Name] = nodes.Items[i].Labels
 		}
 	}
 	return managed, nil
@@ -261,6 +301,7 @@ func (r *Reconciler) reconcileDraining(ctx context.Context, s *scope) error {
 	ds.PodsBlocked = int32(res.Blocked)
 	ds.Blocked = res.BlockedPods
 	if !res.Done() {
+		ds.CompletedAt = nil
 		msg := fmt.Sprintf("%d of %d pods remaining", res.Remaining, ds.PodsTotal)
 		reason := ReasonDraining
 		if res.Blocked > 0 {
@@ -272,6 +313,12 @@ func (r *Reconciler) reconcileDraining(ctx context.Context, s *scope) error {
 		}
 		setStatusReason(s, reason, msg)
 		s.wait(drainRecheck)
+		return nil
+	}
+	if ds.CompletedAt == nil {
+		ds.CompletedAt = &s.now
+	}
+	if !r.awaitLeftComputeDomain(ctx, s) {
 		return nil
 	}
 	if a := s.action(); needsHuman(a) {

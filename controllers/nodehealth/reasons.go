@@ -50,3 +50,21 @@ const (
 	// ReasonManualRecertify: a human asked for recertification.
 	ReasonManualRecertify = "ManualRecertify"
 )
+
+// Reasons of the ComputeDomain rules.
+const (
+	// ReasonLeavingComputeDomain: drained; the node waits to leave its ComputeDomain.
+	ReasonLeavingComputeDomain = "LeavingComputeDomain"
+	// ReasonComputeDomainLeft: the node left its ComputeDomain.
+	ReasonComputeDomainLeft = "ComputeDomainLeft"
+	// ReasonComputeDomainLeaveStuck: the node did not leave its ComputeDomain within leaveTimeout.
+	ReasonComputeDomainLeaveStuck = "ComputeDomainLeaveStuck"
+	// ReasonMemberQuarantined: a ComputeDomain member was taken out of service (Event on the domain).
+	ReasonMemberQuarantined = "MemberQuarantined"
+	// ReasonMemberLeft: a member's last trace left the domain (Event on the domain).
+	ReasonMemberLeft = "MemberLeft"
+	// ReasonMemberWaitingForBudget: a quarantined member waits for a budget (Event on the domain).
+	ReasonMemberWaitingForBudget = "MemberWaitingForBudget"
+	// ReasonStaleDaemonPodDeleted: a dead member's daemon pod was deleted.
+	ReasonStaleDaemonPodDeleted = "StaleDaemonPodDeleted"
+)

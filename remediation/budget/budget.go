@@ -34,6 +34,9 @@ type Decision struct {
 	Consuming int
 	// Total is how many nodes the budget is a share of.
 	Total int
+	// Scope names what the budget is counted over ("ComputeDomain ml/train",
+	// "clique 9f3c.1"); empty for all managed nodes.
+	Scope string
 }
 
 // Allowed is how many more nodes may start: limit − consuming, at least 0.
@@ -41,5 +44,8 @@ func (d Decision) Allowed() int { return max(d.Limit-d.Consuming, 0) }
 
 // Message explains the decision with the numbers a human needs.
 func (d Decision) Message() string {
+	if d.Scope != "" {
+		return fmt.Sprintf("%d of %d nodes of %s unavailable, %s %d", d.Consuming, d.Total, d.Scope, d.Name, d.Limit)
+	}
 	return fmt.Sprintf("%d of %d nodes unavailable, %s %d", d.Consuming, d.Total, d.Name, d.Limit)
 }

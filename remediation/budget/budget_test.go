@@ -39,6 +39,8 @@ func TestDecision(t *testing.T) {
 	g.Expect(d.Allowed()).To(Equal(0), "never negative")
 	g.Expect(d.Message()).To(Equal("2 of 3 nodes unavailable, maxUnavailable 1"))
 	g.Expect(Decision{Limit: 3, Consuming: 1}.Allowed()).To(Equal(2))
+	scoped := Decision{Name: "maxUnavailablePerClique", Limit: 1, Consuming: 1, Total: 4, Scope: "clique c.1"}
+	g.Expect(scoped.Message()).To(Equal("1 of 4 nodes of clique c.1 unavailable, maxUnavailablePerClique 1"))
 }
 
 func ptr[T any](v T) *T { return &v }

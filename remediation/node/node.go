@@ -207,3 +207,52 @@ func SetGPUHealthy(ctx context.Context, c client.Client, n *corev1.Node, healthy
 	}
 	return nil
 }
+
+// FabricAnnotation records on a Node that gpuhealth added the fabric-degraded
+// taint, with the NVLink clique it was added for as value. A fabric-degraded
+// taint without it was put there by someone else and is never removed.
+const FabricAnnotation = "gpuhealth.dev/fabric-degraded"
+
+// FabricTaint is the taint that keeps new ComputeDomains off a clique with
+// a fabric fault. NoSchedule: running members are not evicted by it.
+var FabricTaint = corev1.Taint{Key: gpuhealthv1alpha1.FabricDegradedTaintKey, Effect: corev1.TaintEffectNoSchedule}
+
+// TaintFabric adds FabricTaint for clique and records it in
+// FabricAnnotation. It returns whether it changed the node. A node that
+// already carries the taint without the annotation is left alone.
+func TaintFabric(ctx context.Context, c client.Client, n *corev1.Node, clique string) (bool, error) {
+	if hasTaint(n, &FabricTaint) {
+		if v, ours := n.Annotations[FabricAnnotation]; !ours || v == clique {
+			return false, nil
+		}
+	}
+	patch := client.MergeFromWithOptions(n.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if !hasTaint(n, &FabricTaint) {
+		n.Spec.Taints = append(n.Spec.Taints, FabricTaint)
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[FabricAnnotation] = clique
+	if err := c.Patch(ctx, n, patch); err != nil {
+		return false, fmt.Errorf("tainting node %s fabric-degraded: %w", n.Name, err)
+	}
+	return true, nil
+}
+
+// UntaintFabric removes the fabric-degraded taint gpuhealth added (per
+// FabricAnnotation) and the annotation. It returns whether it changed the node.
+func UntaintFabric(ctx context.Context, c client.Client, n *corev1.Node) (bool, error) {
+	if _, ours := n.Annotations[FabricAnnotation]; !ours {
+		return false, nil
+	}
+	patch := client.MergeFromWithOptions(n.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool {
+		return x.Key == FabricTaint.Key && x.Effect == FabricTaint.Effect
+	})
+	delete(n.Annotations, FabricAnnotation)
+	if err := c.Patch(ctx, n, patch); err != nil {
+		return false, fmt.Errorf("lifting the fabric-degraded taint from node %s: %w", n.Name, err)
+	}
+	return true, nil
+}

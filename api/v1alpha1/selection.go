@@ -1,0 +1,48 @@
+package v1alpha1
+
+import (
+	"sort"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Selects says whether the policy's nodeSelector selects a node with these
+// labels. A nil selector selects every node (the schema defaults it); a
+// selector that does not parse selects none, so a bad policy never takes
+// every node.
+func (p *RemediationPolicy) Selects(nodeLabels map[string]string) bool {
+	if p.Spec.NodeSelector == nil {
+		return true
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
+	if err != nil {
+		return false
+	}
+	return sel.Matches(labels.Set(nodeLabels))
+}
+
+// ManagingPolicy returns the policy that manages a node with these labels:
+// of the policies not being deleted whose nodeSelector selects it, the oldest
+// (then by name), so adding a second overlapping policy never silently takes
+// nodes from the first. It returns nil when none does.
+func ManagingPolicy(policies []RemediationPolicy, nodeLabels map[string]string) *RemediationPolicy {
+	var matching []*RemediationPolicy
+	for i := range policies {
+		p := &policies[i]
+		if p.DeletionTimestamp == nil && p.Selects(nodeLabels) {
+			matching = append(matching, p)
+		}
+	}
+	if len(matching) == 0 {
+		return nil
+	}
+	sort.Slice(matching, func(i, j int) bool {
+		a, b := matching[i], matching[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+	return matching[0]
+}

@@ -1,0 +1,325 @@
+package computedomain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
+)
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents;nodehealths;remediationpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+const (
+	// CliqueIndex indexes Nodes by their NVLink clique label and by the
+	// clique named in FabricAnnotation, so a clique's reconcile finds both
+	// its nodes and the nodes it tainted that have since moved.
+	CliqueIndex = "computedomain.clique"
+	// EventNodeIndex indexes NodeHealthEvents by spec.nodeName for this
+	// controller (an index name belongs to one registration).
+	EventNodeIndex = "computedomain.spec.nodeName"
+
+	// ReasonFabricDegraded is the Event reason when a clique's nodes are tainted.
+	ReasonFabricDegraded = "FabricDegraded"
+	// ReasonFabricRecovered is the Event reason when the taint is lifted.
+	ReasonFabricRecovered = "FabricRecovered"
+)
+
+// FabricReconciler taints every node of an NVLink clique (node label
+// nvidia.com/gpu.clique) while any of them reports a fabric-scoped fault,
+// so the scheduler places no new ComputeDomain on the broken rack, and
+// lifts exactly the taints it added when the faults resolve. It drains
+// nothing: the healthy members keep their running jobs. Requests are keyed
+// by clique ID.
+type FabricReconciler struct {
+	// Client reads from the manager's cache and writes to the apiserver.
+	Client client.Client
+	// Recorder publishes Events on the tainted nodes.
+	Recorder events.EventRecorder
+	// MaxConcurrentReconciles is how many cliques reconcile in parallel. Zero means 4.
+	MaxConcurrentReconciles int
+
+	mu       sync.Mutex
+	degraded map[string]bool
+}
+
+// SetupWithManager registers the indexes and watches.
+func (r *FabricReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Client == nil || r.Recorder == nil {
+		return errors.New("computedomain.FabricReconciler needs Client and Recorder")
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Node{}, CliqueIndex, func(o client.Object) []string {
+		return nodeCliques(o)
+	}); err != nil {
+		return fmt.Errorf("indexing nodes by clique: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &gpuhealthv1alpha1.NodeHealthEvent{}, EventNodeIndex, func(o client.Object) []string {
+		return []string{o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}
+	}); err != nil {
+		return fmt.Errorf("indexing events by node: %w", err)
+	}
+	workers := r.MaxConcurrentReconciles
+	if workers == 0 {
+		workers = 4
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("computedomain_fabric").
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(nodeToCliques), builder.WithPredicates(nodeCliqueChanged)).
+		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, handler.EnqueueRequestsFromMapFunc(r.eventToClique), builder.WithPredicates(fabricEvent)).
+		// Exclude (spec) changes only; NodeHealth status is written often.
+		Watches(&gpuhealthv1alpha1.NodeHealth{}, handler.EnqueueRequestsFromMapFunc(r.nodeHealthToClique), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&gpuhealthv1alpha1.RemediationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allCliques), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(r)
+}
+
+// nodeCliques is the clique label value and the clique in FabricAnnotation.
+func nodeCliques(o client.Object) []string {
+	var out []string
+	if v := o.GetLabels()[CliqueNodeLabel]; v != "" {
+		out = append(out, v)
+	}
+	if v := o.GetAnnotations()[nodepkg.FabricAnnotation]; v != "" && !slices.Contains(out, v) {
+		out = append(out, v)
+	}
+	return out
+}
+
+func cliqueRequests(cliques []string) []ctrl.Request {
+	out := make([]ctrl.Request, 0, len(cliques))
+	for _, c := range cliques {
+		out = append(out, ctrl.Request{NamespacedName: types.NamespacedName{Name: c}})
+	}
+	return out
+}
+
+func nodeToCliques(_ context.Context, o client.Object) []ctrl.Request {
+	return cliqueRequests(nodeCliques(o))
+}
+
+// nodeCliqueChanged lets through what moves a node between cliques or
+// touches the fabric taint, not heartbeats.
+var nodeCliqueChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+		return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+			o.Annotations[nodepkg.FabricAnnotation] != n.Annotations[nodepkg.FabricAnnotation] ||
+			!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints)
+	},
+}
+
+// fabricEvent lets through fabric-scoped findings only.
+var fabricEvent = predicate.NewPredicateFuncs(func(o client.Object) bool {
+	ev, ok := o.(*gpuhealthv1alpha1.NodeHealthEvent)
+	return ok && fabricCheck(&ev.Spec)
+})
+
+func (r *FabricReconciler) nodeCliqueOf(ctx context.Context, name string) []ctrl.Request {
+	n := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
+		return nil
+	}
+	return cliqueRequests(nodeCliques(n))
+}
+
+func (r *FabricReconciler) eventToClique(ctx context.Context, o client.Object) []ctrl.Request {
+	return r.nodeCliqueOf(ctx, o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName)
+}
+
+func (r *FabricReconciler) nodeHealthToClique(ctx context.Context, o client.Object) []ctrl.Request {
+	return r.nodeCliqueOf(ctx, o.GetName())
+}
+
+func (r *FabricReconciler) allCliques(ctx context.Context, _ client.Object) []ctrl.Request {
+	list := &corev1.NodeList{}
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "Listing nodes for a policy change")
+		return nil
+	}
+	seen := map[string]bool{}
+	for i := range list.Items {
+		for _, c := range nodeCliques(&list.Items[i]) {
+			seen[c] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for c := range seen {
+		out = append(out, c)
+	}
+	return cliqueRequests(out)
+}
+
+// fabricCheck says whether a finding is about the clique's shared fabric
+// rather than one node: the IMEX domain DOWN, a fatal NVSwitch fault (DCGM
+// health or an SXid), or a GPU's fabric not COMPLETED or unhealthy (the
+// monitor reports those Fatal; LIMITED_CAPACITY is Degraded and stays a
+// node matter).
+func fabricCheck(s *gpuhealthv1alpha1.NodeHealthEventSpec) bool {
+	switch s.Check {
+	case gpuhealthv1alpha1.CheckIMEXDomain:
+		return strings.EqualFold(s.Code, "DOWN")
+	case gpuhealthv1alpha1.CheckNVSwitch, gpuhealthv1alpha1.CheckSXID, gpuhealthv1alpha1.CheckFabric:
+		return s.Severity == gpuhealthv1alpha1.SeverityFatal
+	}
+	return false
+}
+
+// IsFabricFault says whether a finding is a fabric-scoped fault that is
+// still open: not resolved, and not ignored, resolved or superseded by the
+// operator's judgement (which ignores, for example, IMEX findings of a node
+// that is no ComputeDomain member).
+func IsFabricFault(ev *gpuhealthv1alpha1.NodeHealthEvent) bool {
+	if !fabricCheck(&ev.Spec) || ev.Status.Resolved {
+		return false
+	}
+	switch ev.Status.Phase {
+	case gpuhealthv1alpha1.EventIgnored, gpuhealthv1alpha1.EventResolved, gpuhealthv1alpha1.EventSuperseded:
+		return false
+	}
+	return true
+}
+
+// Reconcile makes the clique's fabric taint match its faults.
+func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	clique := req.Name
+	logger := log.FromContext(ctx).WithValues("clique", clique)
+	ctx = log.IntoContext(ctx, logger)
+
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes, client.MatchingFields{CliqueIndex: clique}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing nodes of clique %s: %w", clique, err)
+	}
+	policies := &gpuhealthv1alpha1.RemediationPolicyList{}
+	if err := r.Client.List(ctx, policies); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing remediation policies: %w", err)
+	}
+	var faults []string
+	eligible := map[string]bool{}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if n.Labels[CliqueNodeLabel] != clique {
+			continue
+		}
+		p := gpuhealthv1alpha1.ManagingPolicy(policies.Items, n.Labels)
+		if p == nil {
+			continue // not managed: its findings are not judged, its taints not ours
+		}
+		excluded, err := r.excluded(ctx, n.Name)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if excluded {
+			continue
+		}
+		cd := p.Spec.ComputeDomain
+		eligible[n.Name] = !p.Spec.DryRun && (cd.TaintDegradedCliques == nil || *cd.TaintDegradedCliques)
+		evs := &gpuhealthv1alpha1.NodeHealthEventList{}
+		if err := r.Client.List(ctx, evs, client.MatchingFields{EventNodeIndex: n.Name}); err != nil {
+			return ctrl.Result{}, fmt.Errorf("listing events of node %s: %w", n.Name, err)
+		}
+		for j := range evs.Items {
+			if ev := &evs.Items[j]; IsFabricFault(ev) {
+				faults = append(faults, fmt.Sprintf("%s %s on %s", ev.Spec.Check, ev.Spec.Code, n.Name))
+			}
+		}
+	}
+	sort.Strings(faults)
+	degraded := len(faults) > 0
+	r.setDegraded(clique, degraded)
+
+	var errs []error
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		want := degraded && eligible[n.Name] && n.Labels[CliqueNodeLabel] == clique
+		var changed bool
+		var err error
+		if want {
+			logger.V(1).Info("Tainting node fabric-degraded", "Node", n.Name)
+			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, clique); changed {
+				fabricTaintChanges.WithLabelValues(actionAdd).Inc()
+				r.Recorder.Eventf(n, nil, corev1.EventTypeWarning, ReasonFabricDegraded, "Taint",
+					"NVLink clique %s has a fabric fault (%s); no new ComputeDomain lands here until it resolves", clique, summary(faults))
+			}
+		} else if n.Annotations[nodepkg.FabricAnnotation] == clique {
+			if changed, err = nodepkg.UntaintFabric(ctx, r.Client, n); changed {
+				fabricTaintChanges.WithLabelValues(actionRemove).Inc()
+				r.Recorder.Eventf(n, nil, corev1.EventTypeNormal, ReasonFabricRecovered, "Untaint",
+					"NVLink clique %s: the fabric-degraded taint gpuhealth added is lifted", clique)
+			}
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+		if changed {
+			logger.Info("Changed fabric-degraded taint", "Node", n.Name, "tainted", want)
+		}
+	}
+	err := errors.Join(errs...)
+	if err != nil && allConflicts(errs) {
+		// A node changed under us; decide again from the fresh copy.
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return ctrl.Result{}, err
+}
+
+func (r *FabricReconciler) excluded(ctx context.Context, node string) (bool, error) {
+	nh := &gpuhealthv1alpha1.NodeHealth{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: node}, nh); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("getting nodehealth %s: %w", node, err)
+	}
+	return nh.Spec.Exclude, nil
+}
+
+func (r *FabricReconciler) setDegraded(clique string, degraded bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.degraded == nil {
+		r.degraded = map[string]bool{}
+	}
+	if degraded {
+		r.degraded[clique] = true
+	} else {
+		delete(r.degraded, clique)
+	}
+	degradedCliques.Set(float64(len(r.degraded)))
+}
+
+func allConflicts(errs []error) bool {
+	for _, err := range errs {
+		if !apierrors.IsConflict(err) {
+			return false
+		}
+	}
+	return len(errs) > 0
+}
+
+func summary(faults []string) string {
+	if len(faults) > 3 {
+		return strings.Join(faults[:3], "; ") + fmt.Sprintf(" and %d more", len(faults)-3)
+	}
+	return strings.Join(faults, "; ")
+}
