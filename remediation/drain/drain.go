@@ -129,6 +129,7 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 	now := d.clock.Now()
 	chain := []podFilter{
 		skipDaemonSetPods,
+		skipRemediationJobPods,
 		skipMirrorPods,
 		skipFinishedPods,
 		skipNamespaces(spec.SkipNamespaces),

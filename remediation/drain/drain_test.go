@@ -19,6 +19,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
 // epoch is where every test's fake clock starts.
@@ -84,7 +85,7 @@ func TestDrainReportsAPodBlockedByAPodDisruptionBudgetUntilTheBudgetAllowsIt(t *
 	g.Expect(getPod(t, ns, "web-0").DeletionTimestamp).NotTo(BeNil())
 }
 
-func TestDrainLeavesDaemonSetMirrorAndSkippedNamespacePodsAloneAndUncounted(t *testing.T) {
+func TestDrainLeavesDaemonSetMirrorOwnJobAndSkippedNamespacePodsAloneAndUncounted(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t, nil)
 	skipped := newNamespace(t, nil)
@@ -92,6 +93,7 @@ func TestDrainLeavesDaemonSetMirrorAndSkippedNamespacePodsAloneAndUncounted(t *t
 	newPod(t, ns, "ds", node, withOwner("apps/v1", "DaemonSet", "gpu-monitor"))
 	newPod(t, ns, "mirror", node, withAnnotations(map[string]string{corev1.MirrorPodAnnotationKey: "abc"}))
 	newPod(t, skipped, "system", node)
+	newPod(t, ns, "recert", node, withOwner("batch/v1", "Job", "gpuhealth-recert-x-1"), withLabels(map[string]string{job.KindLabel: string(job.Recertification)}))
 	newPod(t, ns, "job", node, withOwner("batch/v1", "Job", "train"))
 	spec := gpuhealthv1alpha1.DrainSpec{SkipNamespaces: []string{skipped}}
 	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
@@ -102,6 +104,7 @@ func TestDrainLeavesDaemonSetMirrorAndSkippedNamespacePodsAloneAndUncounted(t *t
 	g.Expect(getPod(t, ns, "ds").DeletionTimestamp).To(BeNil())
 	g.Expect(getPod(t, ns, "mirror").DeletionTimestamp).To(BeNil())
 	g.Expect(getPod(t, skipped, "system").DeletionTimestamp).To(BeNil())
+	g.Expect(getPod(t, ns, "recert").DeletionTimestamp).To(BeNil(), "gpuhealth's own Job pods stay")
 	g.Expect(getPod(t, ns, "job").DeletionTimestamp).NotTo(BeNil())
 
 	// With the one pod that had to leave gone, the node is drained although the others stay.

@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+
+	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
 // verdict is what a pass does with one pod.
@@ -64,6 +66,16 @@ func skipDaemonSetPods(_ context.Context, pod *corev1.Pod) (decision, error) {
 		if ref.Kind == "DaemonSet" {
 			return decision{verdict: skip}, nil
 		}
+	}
+	return decision{}, nil
+}
+
+// skipRemediationJobPods keeps the pods of gpuhealth's own reset, reboot and
+// recertification Jobs: they run on the quarantined node on purpose, and
+// evicting one would fail the step it carries out.
+func skipRemediationJobPods(_ context.Context, pod *corev1.Pod) (decision, error) {
+	if _, ok := pod.Labels[job.KindLabel]; ok {
+		return decision{verdict: skip}, nil
 	}
 	return decision{}, nil
 }
