@@ -100,8 +100,20 @@ fuzz: ## Run every parser's fuzz target briefly (FUZZTIME each; longer: make fuz
 	  echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
 	  go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; done
 
+.PHONY: e2e
+e2e: controlplane ## End-to-end suite: the real binaries on a local kwok cluster (GPUHEALTH_E2E_KEEP=1 keeps the logs).
+	go test -tags e2e -count=1 -timeout 20m ./e2e/
+
+.PHONY: demo
+demo: ## Start a local cluster with 4 fake GPU nodes, the operator and monitors; inject XID 79 and watch it heal.
+	go run ./e2e/demo
+
+.PHONY: demo-down
+demo-down: ## Remove the demo cluster and stop its processes.
+	go run ./e2e/demo -down
+
 .PHONY: test
-test: controlplane verify-generated lint unit fuzz ## Everything CI runs: generated files, lint, unit and envtest suites, short fuzz runs.
+test: controlplane verify-generated lint unit fuzz e2e ## Everything CI runs: generated files, lint, unit and envtest suites, short fuzz runs, the end-to-end suite.
 
 ##@ Tools
 

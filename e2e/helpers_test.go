@@ -65,12 +65,16 @@ func xidEvent(nodeIndex, device int, code string) func(Gomega) *gpuhealthv1alpha
 	return event(fmt.Sprintf("gpu-node-%d", nodeIndex), gpuhealthv1alpha1.CheckXID, framework.GPUUUID(nodeIndex, device), code)
 }
 
-// jobs lists the Jobs gpuhealth made for a node, by kind.
-func jobs(g Gomega, node string, kind job.Kind) []batchv1.Job {
+// jobs lists the names of the Jobs gpuhealth made for a node, by kind.
+func jobs(g Gomega, node string, kind job.Kind) []string {
 	var list batchv1.JobList
 	g.Expect(env.Cluster.Client.List(ctx, &list, client.InNamespace(framework.Namespace),
 		client.MatchingLabels{job.NodeLabel: node, job.KindLabel: string(kind)})).To(Succeed())
-	return list.Items
+	var names []string
+	for _, j := range list.Items {
+		names = append(names, j.Name)
+	}
+	return names
 }
 
 func inject(t *testing.T, node string, lines ...string) {

@@ -49,8 +49,9 @@ type Cluster struct {
 	Scheme    *runtime.Scheme
 }
 
-// NewCluster names a cluster; Create starts it.
-func NewCluster(prefix, root, binDir, workDir string) (*Cluster, error) {
+// NewCluster names a cluster (prefix plus a random suffix, or exactly
+// prefix when exact); Create starts it.
+func NewCluster(prefix string, exact bool, root, binDir, workDir string) (*Cluster, error) {
 	var b [3]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, err
@@ -61,6 +62,9 @@ func NewCluster(prefix, root, binDir, workDir string) (*Cluster, error) {
 		}
 	}
 	name := fmt.Sprintf("%s-%s", prefix, hex.EncodeToString(b[:]))
+	if exact {
+		name = prefix
+	}
 	return &Cluster{
 		Name: name, Root: root, BinDir: binDir, WorkDir: workDir,
 		Kubeconfig: filepath.Join(workDir, "clusters", name, "kubeconfig.yaml"),

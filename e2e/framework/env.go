@@ -28,8 +28,10 @@ const (
 
 // Options configure an Env.
 type Options struct {
-	// Prefix names the cluster (a random suffix is added).
-	Prefix string
+	// Prefix names the cluster (a random suffix is added unless
+	// ExactName).
+	Prefix    string
+	ExactName bool
 	// Root is the repository root.
 	Root string
 	// Dir holds binaries, kubeconfigs, scenarios, spools and logs.
@@ -69,7 +71,7 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	if e.Bins, err = Build(ctx, o.Root, o.Dir); err != nil {
 		return e, err
 	}
-	if e.Cluster, err = NewCluster(o.Prefix, o.Root, binDir, filepath.Join(o.Dir, "kwok")); err != nil {
+	if e.Cluster, err = NewCluster(o.Prefix, o.ExactName, o.Root, binDir, filepath.Join(o.Dir, "kwok")); err != nil {
 		return e, err
 	}
 	o.Log("creating kwok cluster %s (real kube-apiserver, etcd, controller-manager, scheduler; fake nodes)", e.Cluster.Name)

@@ -122,6 +122,16 @@ func (p *Process) signal(sig syscall.Signal, grace time.Duration) {
 	<-done
 }
 
+// Pid is the process id, or 0 when it does not run.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Running reports whether the process runs.
 func (p *Process) Running() bool {
 	p.mu.Lock()

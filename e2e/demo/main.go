@@ -1,0 +1,283 @@
+// Command demo is `make demo`: it builds what it needs, starts a local kwok
+// cluster with four fake GPU nodes and a sample training workload, runs the
+// real gpuhealth-operator and a real gpuhealth-monitor per node (with a fake
+// NVML library), injects XID 79 on one node and prints the story live until
+// that node is Healthy again. The cluster and processes stay up afterwards;
+// `make demo-down` (demo -down) removes them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/e2e/framework"
+)
+
+const (
+	clusterName = "gpuhealth-demo"
+	faultyNode  = "gpu-node-1"
+)
+
+// demoPolicy shortens the default policy's waits so the story takes seconds.
+const demoPolicy = `{"spec":{
+  "recertification":{"soakWindow":"5s","backoff":"5s","timeout":"5m"},
+  "circuitBreaker":{"threshold":"100%"},
+  "drain":{"timeout":"5m"}
+}}`
+
+func main() {
+	down := flag.Bool("down", false, "Remove the demo cluster and stop its processes.")
+	flag.Parse()
+	dir := demoDir()
+	var err error
+	if *down {
+		err = teardown(dir)
+		if err == nil {
+			fmt.Println("demo removed")
+		}
+	} else {
+		err = run(dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+// demoDir is where the demo keeps binaries, kubeconfigs and logs: outside
+// the repository, next to the cached control-plane binaries.
+func demoDir() string {
+	if c := os.Getenv("GPUHEALTH_CACHE"); c != "" {
+		return filepath.Join(c, "demo")
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "gpuhealth", "demo")
+}
+
+func say(format string, args ...any) {
+	fmt.Printf("%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func run(dir string) error {
+	started := time.Now()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if _, err := os.Stat(dir); err == nil {
+		say("removing the previous demo")
+		if err := teardown(dir); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	env, err := framework.Setup(ctx, framework.Options{
+		Prefix: clusterName, ExactName: true, Root: root, Dir: dir, Nodes: 4, PolicyPatch: demoPolicy,
+		Log: func(format string, args ...any) { say(format, args...) },
+	})
+	if err := savePids(dir, env); err != nil {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s; make demo-down cleans up)", err, dir)
+	}
+	say("starting a sample training job: 3 replicas × 8 GPUs, PodDisruptionBudget minAvailable 2")
+	if err := framework.CreateWorkload(ctx, env.Cluster, framework.Workload{
+		Namespace: "ml", Name: "llm-pretrain", Replicas: 3,
+		Allowed:      env.Nodes,
+		Preferred:    []string{"gpu-node-0", "gpu-node-1", "gpu-node-2"},
+		MinAvailable: ptr.To[int32](2),
+	}); err != nil {
+		return err
+	}
+	c := env.Cluster.Client
+	if err := framework.Poll(ctx, 2*time.Minute, func() (bool, string) {
+		pods, err := framework.PodsOf(ctx, env.Cluster, "ml", "llm-pretrain")
+		if err != nil {
+			return false, err.Error()
+		}
+		return running(pods) == 3, fmt.Sprintf("%d of 3 training pods running", running(pods))
+	}); err != nil {
+		return err
+	}
+	printPods(ctx, env)
+	time.Sleep(3 * time.Second)
+
+	say("injecting XID 79 (GPU has fallen off the bus) on %s, GPU 3", faultyNode)
+	if err := env.Monitors[faultyNode].InjectXID(3, 79); err != nil {
+		return err
+	}
+	w := &watcher{c: c, events: map[string]string{}, phases: map[string]string{}}
+	err = framework.Poll(ctx, 5*time.Minute, func() (bool, string) {
+		w.poll(ctx)
+		return w.phases[faultyNode] == string(gpuhealthv1alpha1.PhaseHealthy) && w.sawQuarantine, "waiting for " + faultyNode + " to come back"
+	})
+	if err != nil {
+		return err
+	}
+	say("%s is Healthy again — %s after make demo started", faultyNode, time.Since(started).Round(time.Second))
+	printPods(ctx, env)
+	fmt.Printf(`
+The cluster, the operator and the monitors keep running. Look around:
+
+  export KUBECONFIG=%s
+  kubectl get nodehealthevents          # what the monitors found (nhe)
+  kubectl get nodehealth                # where every node is (nh)
+  kubectl get nodehealth %s -o yaml     # its history
+  kubectl get jobs -n %s                # reboot and recertification Jobs
+  kubectl get pods -n ml -o wide        # where the training job runs now
+  kubectl describe node %s              # GPUHealthy condition and Events
+
+Inject another fault:   echo "xid device=0 code=48 at=@$(date +%%s)" >> %s
+Logs:                   %s/*.log, %s/<node>/monitor.log
+Remove everything:      make demo-down
+`, env.Cluster.Kubeconfig, faultyNode, framework.Namespace, faultyNode, env.Monitors["gpu-node-2"].Scenario, dir, dir)
+	return nil
+}
+
+func running(pods map[string][]corev1.Pod) int {
+	n := 0
+	for _, ps := range pods {
+		for _, p := range ps {
+			if p.Status.Phase == corev1.PodRunning {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func printPods(ctx context.Context, env *framework.Env) {
+	pods, err := framework.PodsOf(ctx, env.Cluster, "ml", "llm-pretrain")
+	if err != nil {
+		return
+	}
+	var where []string
+	for _, n := range env.Nodes {
+		for _, p := range pods[n] {
+			where = append(where, fmt.Sprintf("%s on %s (%s)", p.Name, n, p.Status.Phase))
+		}
+	}
+	say("training pods: %s", strings.Join(where, ", "))
+}
+
+// watcher prints each change of a NodeHealthEvent or a NodeHealth phase.
+type watcher struct {
+	c             client.Client
+	events        map[string]string
+	phases        map[string]string
+	sawQuarantine bool
+}
+
+func (w *watcher) poll(ctx context.Context) {
+	var evs gpuhealthv1alpha1.NodeHealthEventList
+	if err := w.c.List(ctx, &evs); err == nil {
+		for _, e := range evs.Items {
+			s := fmt.Sprintf("NodeHealthEvent %s: %s %s %s code %s on %s, %s/%s, count %d, phase %s",
+				e.Name, e.Spec.Source, e.Spec.Check, e.Spec.Component.Kind, e.Spec.Code, e.Spec.NodeName,
+				e.Spec.Severity, e.Spec.RecommendedAction, e.Status.Count, orDash(string(e.Status.Phase)))
+			if w.events[e.Name] != s {
+				w.events[e.Name] = s
+				say("%s", s)
+			}
+		}
+	}
+	var nhs gpuhealthv1alpha1.NodeHealthList
+	if err := w.c.List(ctx, &nhs); err == nil {
+		sort.Slice(nhs.Items, func(i, j int) bool { return nhs.Items[i].Name < nhs.Items[j].Name })
+		for _, nh := range nhs.Items {
+			p := string(nh.Status.Phase)
+			detail := nh.Status.Reason
+			if d := nh.Status.Drain; d != nil && p == string(gpuhealthv1alpha1.PhaseDraining) {
+				detail += fmt.Sprintf(", %d of %d pods left", d.PodsRemaining, d.PodsTotal)
+			}
+			s := p + "|" + detail
+			if w.phases[nh.Name+"|"] != s {
+				w.phases[nh.Name+"|"] = s
+				w.phases[nh.Name] = p
+				if p == string(gpuhealthv1alpha1.PhaseQuarantined) {
+					w.sawQuarantine = true
+				}
+				say("NodeHealth %s: %s (%s)", nh.Name, orDash(p), orDash(detail))
+			}
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// savePids records the processes the demo leaves running, for -down.
+func savePids(dir string, env *framework.Env) error {
+	if env == nil {
+		return nil
+	}
+	var pids []string
+	if env.Operator != nil && env.Operator.Pid() != 0 {
+		pids = append(pids, strconv.Itoa(env.Operator.Pid()))
+	}
+	for _, m := range env.Monitors {
+		if m.Pid() != 0 {
+			pids = append(pids, strconv.Itoa(m.Pid()))
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "pids"), []byte(strings.Join(pids, "\n")), 0o600)
+}
+
+// teardown stops the demo's processes, deletes its cluster and directory.
+func teardown(dir string) error {
+	if b, err := os.ReadFile(filepath.Join(dir, "pids")); err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGTERM)
+			}
+		}
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	binDir, err := framework.ControlPlane(context.Background(), root)
+	if err != nil {
+		return err
+	}
+	c, err := framework.NewCluster(clusterName, true, root, binDir, filepath.Join(dir, "kwok"))
+	if err != nil {
+		return err
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, "kwok", "clusters", clusterName)); statErr == nil {
+		if err := c.Delete(context.Background()); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
