@@ -113,9 +113,9 @@ func TestFabricFaultTaintsItsCliqueOnly(t *testing.T) {
 	startFabric(t, g)
 
 	// A degraded fabric finding on clique B is a node matter: no taint.
-	newFinding(g, ctx, t, nodes[5], gpuhealthv1alpha1.CheckFabric, "LIMITED_CAPACITY", gpuhealthv1alpha1.SeverityDegraded)
+	newFinding(ctx, t, g, nodes[5], gpuhealthv1alpha1.CheckFabric, "LIMITED_CAPACITY", gpuhealthv1alpha1.SeverityDegraded)
 	// The IMEX domain of clique A goes DOWN.
-	down := newFinding(g, ctx, t, nodes[1], gpuhealthv1alpha1.CheckIMEXDomain, "DOWN", gpuhealthv1alpha1.SeverityFatal)
+	down := newFinding(ctx, t, g, nodes[1], gpuhealthv1alpha1.CheckIMEXDomain, "DOWN", gpuhealthv1alpha1.SeverityFatal)
 
 	tainted := func() map[string]string {
 		out := map[string]string{}
@@ -145,7 +145,7 @@ func TestFabricFaultTaintsItsCliqueOnly(t *testing.T) {
 	g.Expect(testutil.ToFloat64(degradedCliques)).To(BeZero())
 }
 
-func newFinding(g *WithT, ctx context.Context, t *testing.T, node string, check gpuhealthv1alpha1.Check, code string, sev gpuhealthv1alpha1.Severity) *gpuhealthv1alpha1.NodeHealthEvent {
+func newFinding(ctx context.Context, t *testing.T, g *WithT, node string, check gpuhealthv1alpha1.Check, code string, sev gpuhealthv1alpha1.Severity) *gpuhealthv1alpha1.NodeHealthEvent {
 	t.Helper()
 	spec := gpuhealthv1alpha1.NodeHealthEventSpec{
 		NodeName: node, Source: gpuhealthv1alpha1.SourceIMEX, Check: check, Code: code, Severity: sev,
@@ -159,4 +159,3 @@ func newFinding(g *WithT, ctx context.Context, t *testing.T, node string, check 
 	g.Expect(k8sClient.Status().Update(ctx, ev)).To(Succeed())
 	return ev
 }
-

@@ -60,4 +60,3 @@ func runSuite(m *testing.M) int {
 	}
 	return m.Run()
 }
-

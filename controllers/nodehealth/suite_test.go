@@ -56,7 +56,8 @@ func runSuite(m *testing.M) int {
 		panic(err)
 	}
 	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
+		// Our own ComputeDomain test CRDs (computedomain/testdata) next to gpuhealth's.
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd"), filepath.Join("..", "computedomain", "testdata", "crd")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                testScheme,
 	}

@@ -1,0 +1,538 @@
+package nodehealth
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/reference"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
+)
+
+const driverNamespace = "nvidia-dra-driver"
+
+// recorded is one Event, with the object it is about.
+type recorded struct {
+	kind, namespace, name, eventType, reason, note string
+}
+
+// refRecorder keeps every Event with its regarding object, so a test can
+// assert what `kubectl describe computedomain` would show.
+type refRecorder struct {
+	mu     sync.Mutex
+	events []recorded
+}
+
+func (r *refRecorder) Eventf(regarding, _ runtime.Object, eventType, reason, _, note string, args ...any) {
+	ref, err := reference.GetReference(testScheme, regarding)
+	if err != nil {
+		panic(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, recorded{kind: ref.Kind, namespace: ref.Namespace, name: ref.Name, eventType: eventType, reason: reason, note: fmt.Sprintf(note, args...)})
+}
+
+// on returns the reasons of the Events about kind namespace/name, in order.
+func (r *refRecorder) on(kind, namespace, name string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.events {
+		if e.kind == kind && e.namespace == namespace && e.name == name {
+			out = append(out, e.reason)
+		}
+	}
+	return out
+}
+
+// cdEnv plays NVIDIA's DRA driver for one test: ComputeDomains, cliques,
+// node labels and daemon pods, and runs the view over them.
+type cdEnv struct {
+	h    *harness
+	view *computedomain.View
+	rec  *refRecorder
+	// cliques holds the clique objects by "<uid>.<cliqueID>".
+	cliques map[string]*unstructured.Unstructured
+}
+
+// withComputeDomains starts a cache and a ComputeDomain view for the
+// reconciler and records Events with their objects.
+func (h *harness) withComputeDomains() *cdEnv {
+	h.t.Helper()
+	c, err := cache.New(testEnv.Config, cache.Options{Scheme: testScheme})
+	h.g.Expect(err).NotTo(HaveOccurred())
+	disc, err := discovery.NewDiscoveryClientForConfig(testEnv.Config)
+	h.g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	h.t.Cleanup(cancel)
+	go func() { _ = c.Start(ctx) }()
+	v := computedomain.NewView(c, disc, clock.RealClock{})
+	v.PollInterval = 50 * time.Millisecond
+	go func() { _ = v.Start(ctx) }()
+	go func() { // the node controller's channel source, here a sink
+		for {
+			select {
+			case <-v.Changes():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	h.g.Eventually(v.Available, 10*time.Second, 20*time.Millisecond).Should(BeTrue())
+	if err := k8sClient.Create(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: driverNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		h.g.Expect(err).NotTo(HaveOccurred())
+	}
+	rec := &refRecorder{}
+	h.r.ComputeDomains, h.r.Recorder = v, rec
+	return &cdEnv{h: h, view: v, rec: rec, cliques: map[string]*unstructured.Unstructured{}}
+}
+
+// domain creates a Ready ComputeDomain in the default namespace.
+func (e *cdEnv) domain(name string) types.UID {
+	e.h.t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(computedomain.ComputeDomainGVK)
+	u.SetNamespace("default")
+	u.SetName(e.h.label + "-" + name)
+	u.Object["spec"] = map[string]any{"numNodes": int64(0)}
+	e.h.g.Expect(k8sClient.Create(e.h.ctx, u)).To(Succeed())
+	e.h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), u) })
+	u.Object["status"] = map[string]any{"status": "Ready"}
+	e.h.g.Expect(k8sClient.Status().Update(e.h.ctx, u)).To(Succeed())
+	e.h.g.Eventually(func() string {
+		d, _ := e.view.Domain(u.GetUID())
+		return d.Status
+	}, 10*time.Second, 20*time.Millisecond).Should(Equal("Ready"), "the view sees the domain")
+	return u.GetUID()
+}
+
+func (e *cdEnv) domainName(uid types.UID) string {
+	d, ok := e.view.Domain(uid)
+	e.h.g.Expect(ok).To(BeTrue())
+	return d.Name
+}
+
+// join makes node a member of the domain as the driver does: node label,
+// daemon pod, clique entry.
+func (e *cdEnv) join(node string, uid types.UID, clique string) {
+	e.h.t.Helper()
+	n := e.h.getNode(node)
+	patch := client.MergeFrom(n.DeepCopy())
+	n.Labels[computedomain.NodeLabel] = string(uid)
+	e.h.g.Expect(k8sClient.Patch(e.h.ctx, n, patch)).To(Succeed())
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: daemonPodName(node), Namespace: driverNamespace,
+			Labels: map[string]string{computedomain.NodeLabel: string(uid), computedomain.PodCliqueLabel: clique},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "DaemonSet", Name: "computedomain-daemon-" + string(uid), UID: types.UID("ds-" + string(uid)), Controller: ptr.To(true),
+			}},
+		},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "imex", Image: "imex"}}},
+	}
+	e.h.g.Expect(k8sClient.Create(e.h.ctx, pod)).To(Succeed())
+	e.h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	key := string(uid) + "." + clique
+	cl, ok := e.cliques[key]
+	if !ok {
+		cl = &unstructured.Unstructured{Object: map[string]any{"daemons": []any{}}}
+		cl.SetGroupVersionKind(computedomain.CliqueGVK)
+		cl.SetNamespace(driverNamespace)
+		cl.SetName(key)
+		e.h.g.Expect(k8sClient.Create(e.h.ctx, cl)).To(Succeed())
+		e.h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), cl) })
+		e.cliques[key] = cl
+	}
+	daemons := cl.Object["daemons"].([]any)
+	cl.Object["daemons"] = append(daemons, map[string]any{"nodeName": node, "cliqueID": clique, "index": int64(len(daemons)), "status": "Ready", "ipAddress": "10.1.0.1"})
+	e.h.g.Expect(k8sClient.Update(e.h.ctx, cl)).To(Succeed())
+}
+
+func daemonPodName(node string) string { return "imex-" + node }
+
+func (e *cdEnv) daemonPodExists(node string) bool {
+	err := k8sClient.Get(e.h.ctx, types.NamespacedName{Namespace: driverNamespace, Name: daemonPodName(node)}, &corev1.Pod{})
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	e.h.g.Expect(err).NotTo(HaveOccurred())
+	return true
+}
+
+// unlabel plays the driver unpreparing the node's claim.
+func (e *cdEnv) unlabel(node string) {
+	e.h.t.Helper()
+	n := e.h.getNode(node)
+	patch := client.MergeFrom(n.DeepCopy())
+	delete(n.Labels, computedomain.NodeLabel)
+	e.h.g.Expect(k8sClient.Patch(e.h.ctx, n, patch)).To(Succeed())
+}
+
+// removeDaemon plays the DaemonSet controller and the driver: the daemon
+// pod goes, then the clique entry.
+func (e *cdEnv) removeDaemon(node string, uid types.UID, clique string) {
+	e.h.t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: driverNamespace, Name: daemonPodName(node)}}
+	e.h.g.Expect(client.IgnoreNotFound(k8sClient.Delete(e.h.ctx, pod, client.GracePeriodSeconds(0)))).To(Succeed())
+	cl := e.cliques[string(uid)+"."+clique]
+	e.h.g.Expect(k8sClient.Get(e.h.ctx, client.ObjectKeyFromObject(cl), cl)).To(Succeed())
+	var kept []any
+	for _, d := range cl.Object["daemons"].([]any) {
+		if d.(map[string]any)["nodeName"] != node {
+			kept = append(kept, d)
+		}
+	}
+	cl.Object["daemons"] = kept
+	e.h.g.Expect(k8sClient.Update(e.h.ctx, cl)).To(Succeed())
+}
+
+// waitListed polls the view (bounded) until node's clique entry is there or gone.
+func (e *cdEnv) waitListed(node string, listed bool) {
+	e.h.t.Helper()
+	e.h.g.Eventually(func() bool { return len(e.view.Listed(node)) > 0 }, 10*time.Second, 20*time.Millisecond).Should(Equal(listed))
+}
+
+func (h *harness) cliqueNode(name, clique string) string {
+	h.t.Helper()
+	return h.node(name, func(n *corev1.Node) { n.Labels[computedomain.CliqueNodeLabel] = clique }).Name
+}
+
+// TestComputeDomainAndCliqueBudgets: two ComputeDomains of four members
+// across two cliques; faults arrive on four members at once. Each domain
+// and each clique lets one node drain at a time, the waiting nodes name the
+// blocking budget, and the domains' owners see it in Events on the domain.
+func TestComputeDomainAndCliqueBudgets(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.CircuitBreaker.Enabled = ptr.To(false) // four of eight nodes at once is the point here
+		s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(10))
+		s.Budgets.MaxUnavailablePerComputeDomain = ptr.To(intstrFromInt(1))
+		s.Budgets.MaxUnavailablePerClique = ptr.To(intstrFromInt(1))
+		s.Recertification.SoakWindow = dur("1h")
+	})
+	e := h.withComputeDomains()
+	d1, d2 := e.domain("d1"), e.domain("d2")
+	c1, c2 := h.label+".1", h.label+".2"
+	layout := []struct {
+		domain types.UID
+		clique string
+	}{{d1, c1}, {d1, c1}, {d1, c2}, {d1, c2}, {d2, c1}, {d2, c1}, {d2, c2}, {d2, c2}}
+	n := make([]string, len(layout))
+	for i, l := range layout {
+		n[i] = h.cliqueNode(fmt.Sprint("n", i+1), l.clique)
+		e.join(n[i], l.domain, l.clique)
+	}
+	for i := range n {
+		e.waitListed(n[i], true)
+	}
+
+	// Healthy members: status.computeDomain shows the membership.
+	for i := range n {
+		h.reconcile(n[i])
+	}
+	d1Name := e.domainName(d1)
+	h.g.Expect(h.nodeHealth(n[0]).Status.ComputeDomain).To(Equal(&gpuhealthv1alpha1.ComputeDomainMembership{
+		UID: string(d1), Namespace: "default", Name: d1Name, CliqueID: c1, Membership: gpuhealthv1alpha1.MembershipMember, DomainStatus: "Ready",
+		Traces: []gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod, gpuhealthv1alpha1.TraceNodeLabel},
+	}))
+
+	// Faults on n1, n2 (d1, c1), n5 (d2, c1) and n7 (d2, c2) at once. All
+	// are fenced at once: budgets gate draining, never the cordon.
+	for _, i := range []int{0, 1, 4, 6} {
+		h.fault(n[i], gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	}
+	for _, i := range []int{0, 1, 4, 6} {
+		h.reconcile(n[i])
+		h.g.Expect(h.getNode(n[i]).Spec.Unschedulable).To(BeTrue(), "fatal faults cordon at once")
+	}
+
+	// Quarantined → Draining for n1; it now waits to leave d1.
+	h.g.Expect(h.phase(n[0])).To(Equal(draining))
+	h.g.Expect(h.nodeHealth(n[0]).Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeaving))
+	h.g.Expect(h.nodeHealth(n[0]).Status.Reason).To(Equal(ReasonLeavingComputeDomain))
+
+	// n2 waits: d1 already has n1 out (and so has clique c1).
+	nh := h.nodeHealth(n[1])
+	h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonWaitingForBudget))
+	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
+	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("1 of 4 nodes of ComputeDomain default/%s unavailable, maxUnavailablePerComputeDomain 1", d1Name)))
+	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("1 of 4 nodes of clique %s unavailable, maxUnavailablePerClique 1", c1)))
+
+	// n5 waits for clique c1 alone: d2 has nobody out yet.
+	nh = h.nodeHealth(n[4])
+	h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
+	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerClique))
+	h.g.Expect(nh.Status.Message).NotTo(ContainSubstring("maxUnavailablePerComputeDomain"))
+
+	// n7 (d2, c2) has room in both.
+	h.g.Expect(h.phase(n[6])).To(Equal(draining))
+
+	// The domains' owners see it on the ComputeDomain.
+	d2Name := e.domainName(d2)
+	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(Equal([]string{ReasonMemberQuarantined, ReasonMemberQuarantined, ReasonMemberWaitingForBudget}))
+	h.g.Expect(e.rec.on("ComputeDomain", "default", d2Name)).To(Equal([]string{ReasonMemberQuarantined, ReasonMemberWaitingForBudget, ReasonMemberQuarantined}))
+	// Waiting on, for the same budget, is not announced again.
+	h.reconcile(n[1])
+	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(HaveLen(3))
+
+	// n1 leaves d1 (the test plays the driver) and goes on to recertify; as
+	// Recertifying it still holds d1's and c1's only slot.
+	e.unlabel(n[0])
+	e.removeDaemon(n[0], d1, c1)
+	e.waitListed(n[0], false)
+	h.reconcile(n[0])
+	nh = h.nodeHealth(n[0])
+	h.g.Expect(nh.Status.Phase).To(Equal(recertifying))
+	h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeft))
+	h.g.Expect(nh.Status.ComputeDomain.LeftAt).NotTo(BeNil())
+	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(ContainElement(ReasonMemberLeft))
+	h.reconcile(n[1])
+	h.g.Expect(h.phase(n[1])).To(Equal(quarantined), "a recertifying member still counts against its domain")
+
+	// n1 passes its soak and returns: its slot frees; n2 drains, n5 still
+	// waits, now for both d2 (held by n7) and clique c1 (held by n2).
+	h.clock.Step(time.Hour)
+	h.reconcile(n[0])
+	h.g.Expect(h.phase(n[0])).To(Equal(healthy))
+	h.g.Expect(h.nodeHealth(n[0]).Status.ComputeDomain).To(BeNil(), "a node back in service outside any domain has no membership")
+	h.reconcile(n[1])
+	h.g.Expect(h.phase(n[1])).To(Equal(draining))
+	h.g.Expect(h.nodeHealth(n[1]).Status.BlockingBudget).To(BeEmpty())
+	h.reconcile(n[4])
+	nh = h.nodeHealth(n[4])
+	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
+	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("1 of 4 nodes of ComputeDomain default/%s unavailable", d2Name)))
+	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("1 of 4 nodes of clique %s unavailable", c1)))
+	h.g.Expect(e.rec.on("ComputeDomain", "default", d2Name)).To(HaveLen(4), "a different blocking budget is announced")
+}
+
+// TestDrainWaitsForTheNodeToLeaveItsComputeDomain: with its pods gone a
+// member stays in Draining until the node label, the daemon pod and the
+// clique entry are gone; past leaveTimeout it gets ComputeDomainLeaveStuck
+// and an Event, and still waits.
+func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.ComputeDomain.LeaveTimeout = dur("5m")
+		s.Recertification.SoakWindow = dur("1h")
+	})
+	e := h.withComputeDomains()
+	d := e.domain("d")
+	clique := h.label + ".1"
+	n := h.cliqueNode("a", clique)
+	e.join(n, d, clique)
+	e.waitListed(n, true)
+	h.pod(n, h.label+"-worker", nil)
+	h.fault(n, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+
+	// Quarantined → Draining; the workload pod is evicted.
+	h.reconcile(n)
+	h.g.Expect(h.phase(n)).To(Equal(draining))
+	h.g.Expect(h.nodeHealth(n).Status.Drain.CompletedAt).To(BeNil())
+
+	// The pod is gone, the membership is not: still Draining.
+	h.g.Expect(h.playKubelet(n)).To(Equal(1))
+	res := h.reconcile(n)
+	nh := h.nodeHealth(n)
+	h.g.Expect(nh.Status.Phase).To(Equal(draining))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonLeavingComputeDomain))
+	h.g.Expect(nh.Status.Drain.CompletedAt).NotTo(BeNil())
+	h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeaving))
+	h.g.Expect(res.RequeueAfter).To(Equal(leaveRecheck))
+	h.g.Expect(e.daemonPodExists(n)).To(BeTrue(), "the drain never evicts the daemon pod; the driver removes it")
+
+	// The driver unprepares the claim: the label goes, pod and entry remain.
+	e.unlabel(n)
+	h.reconcile(n)
+	nh = h.nodeHealth(n)
+	h.g.Expect(nh.Status.Phase).To(Equal(draining))
+	h.g.Expect(nh.Status.ComputeDomain.Traces).To(Equal([]gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod}))
+
+	// Past leaveTimeout: the condition and a Warning Event, once; still Draining.
+	h.clock.Step(5 * time.Minute)
+	h.reconcile(n)
+	h.reconcile(n)
+	nh = h.nodeHealth(n)
+	h.g.Expect(nh.Status.Phase).To(Equal(draining))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonComputeDomainLeaveStuck))
+	cond := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition)
+	h.g.Expect(cond).NotTo(BeNil())
+	h.g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
+	h.g.Expect(cond.Message).To(ContainSubstring("CliqueEntry, DaemonPod"))
+	h.g.Expect(e.rec.on("Node", "", n)).To(ContainElement(ReasonComputeDomainLeaveStuck))
+	dName := e.domainName(d)
+	h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(Equal([]string{ReasonMemberQuarantined, ReasonComputeDomainLeaveStuck}), "one stuck Event, not one per reconcile")
+
+	// The daemon pod and the clique entry go: left, drained, recertifying.
+	e.removeDaemon(n, d, clique)
+	e.waitListed(n, false)
+	h.reconcile(n)
+	nh = h.nodeHealth(n)
+	h.g.Expect(nh.Status.Phase).To(Equal(recertifying))
+	h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeft))
+	h.g.Expect(nh.Status.ComputeDomain.Name).To(Equal(dName), "the domain is still named while the node is out of service")
+	cond = meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition)
+	h.g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+	h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(ContainElement(ReasonMemberLeft))
+}
+
+// TestDeadMemberDaemonPodDeletedOnlyAfterFencing: a NotReady member's stale
+// daemon pod is deleted only once the node is quarantined, cordoned, marked
+// out of service and past the grace period; a Ready node's pod is never
+// touched, even when fenced and marked out of service.
+func TestDeadMemberDaemonPodDeletedOnlyAfterFencing(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.CircuitBreaker.Enabled = ptr.To(false)
+		s.Budgets.MaxUnavailablePerComputeDomain = ptr.To(intstrFromInt(10))
+		s.Budgets.MaxUnavailablePerClique = ptr.To(intstrFromInt(10))
+		s.ComputeDomain.DeadMemberGracePeriod = dur("5m")
+	})
+	e := h.withComputeDomains()
+	d := e.domain("d")
+	clique := h.label + ".1"
+	dead, alive := h.cliqueNode("dead", clique), h.cliqueNode("alive", clique)
+	for _, n := range []string{dead, alive} {
+		e.join(n, d, clique)
+		e.waitListed(n, true)
+	}
+	setReady := func(node string, ready corev1.ConditionStatus) {
+		nd := h.getNode(node)
+		nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "Test",
+			LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
+		h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
+	}
+	outOfService := func(node string) {
+		nd := h.getNode(node)
+		patch := client.MergeFrom(nd.DeepCopy())
+		nd.Spec.Taints = append(nd.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+		h.g.Expect(k8sClient.Patch(h.ctx, nd, patch)).To(Succeed())
+	}
+	setReady(dead, corev1.ConditionUnknown)
+	setReady(alive, corev1.ConditionTrue)
+
+	// NotReady and out of service, but not fenced (no finding): untouched.
+	outOfService(dead)
+	h.clock.Step(10 * time.Minute)
+	h.reconcile(dead)
+	h.g.Expect(h.phase(dead)).To(Equal(healthy))
+	h.g.Expect(e.daemonPodExists(dead)).To(BeTrue(), "a node gpuhealth has not fenced keeps its pod")
+
+	// Fenced (quarantined, cordoned): now its pod goes.
+	h.fault(dead, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(dead)
+	h.g.Expect(h.getNode(dead).Spec.Unschedulable).To(BeTrue())
+	h.g.Expect(e.daemonPodExists(dead)).To(BeFalse(), "the dead member's stale daemon pod is deleted")
+	h.g.Expect(e.rec.on("ComputeDomain", "default", e.domainName(d))).To(ContainElement(ReasonStaleDaemonPodDeleted))
+
+	// The Ready node, fenced and even marked out of service: never.
+	h.fault(alive, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST", gpuhealthv1alpha1.SeverityFatal)
+	outOfService(alive)
+	h.reconcile(alive)
+	h.clock.Step(time.Hour)
+	h.reconcile(alive)
+	h.g.Expect(h.getNode(alive).Spec.Unschedulable).To(BeTrue())
+	h.g.Expect(e.daemonPodExists(alive)).To(BeTrue(), "a Ready node's pod is never deleted")
+}
+
+// TestDeadMemberWaitsForGraceAndOutOfService: fenced and NotReady is not
+// enough by default; the out-of-service taint (or notReadyIsDead) and the
+// grace period are.
+func TestDeadMemberWaitsForGraceAndOutOfService(t *testing.T) {
+	for _, notReadyIsDead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("notReadyIsDead=%v", notReadyIsDead), func(t *testing.T) {
+			h := newHarness(t)
+			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+				s.ComputeDomain.DeadMemberGracePeriod = dur("5m")
+				s.ComputeDomain.NotReadyIsDead = notReadyIsDead
+			})
+			e := h.withComputeDomains()
+			d := e.domain("d")
+			clique := h.label + ".1"
+			n := h.cliqueNode("a", clique)
+			e.join(n, d, clique)
+			e.waitListed(n, true)
+			nd := h.getNode(n)
+			nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletDown",
+				LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
+			h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
+			h.fault(n, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST", gpuhealthv1alpha1.SeverityFatal)
+
+			// Fenced, NotReady, inside the grace period: the pod stays and
+			// the node looks again when the grace period ends.
+			res := h.reconcile(n)
+			h.g.Expect(e.daemonPodExists(n)).To(BeTrue())
+			if notReadyIsDead {
+				h.g.Expect(res.RequeueAfter).To(BeNumerically("<=", 5*time.Minute))
+			}
+			h.clock.Step(5 * time.Minute)
+			h.reconcile(n)
+			h.g.Expect(e.daemonPodExists(n)).To(Equal(!notReadyIsDead), "past the grace period only notReadyIsDead is enough without the taint")
+		})
+	}
+}
+
+// TestIMEXFindingsCountOnlyForMembers: an IMEX domain DOWN about a node
+// that is no ComputeDomain member is ignored (and says why); the same
+// finding about a member (here host-managed IMEX: only the node label)
+// quarantines it.
+func TestIMEXFindingsCountOnlyForMembers(t *testing.T) {
+	h := newHarness(t)
+	h.policy(nil)
+	stranger := h.node("stranger", nil).Name
+	hostManaged := h.node("member", func(n *corev1.Node) { n.Labels[computedomain.NodeLabel] = "8d5a3c1e-uid" }).Name
+	imexDown := func(node string) *gpuhealthv1alpha1.NodeHealthEvent {
+		spec := gpuhealthv1alpha1.NodeHealthEventSpec{
+			NodeName: node, Source: gpuhealthv1alpha1.SourceIMEX, Check: gpuhealthv1alpha1.CheckIMEXDomain, Code: "DOWN",
+			Severity: gpuhealthv1alpha1.SeverityFatal, Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentIMEX, ID: "domain"},
+			Message: "IMEX domain DOWN",
+		}
+		ev := &gpuhealthv1alpha1.NodeHealthEvent{ObjectMeta: metav1.ObjectMeta{Name: spec.EventName()}, Spec: spec}
+		h.g.Expect(k8sClient.Create(h.ctx, ev)).To(Succeed())
+		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ev) })
+		now := metav1.NewTime(h.clock.Now())
+		ev.Status = gpuhealthv1alpha1.NodeHealthEventStatus{Count: 1, FirstSeen: &now, LastSeen: &now}
+		h.g.Expect(k8sClient.Status().Update(h.ctx, ev)).To(Succeed())
+		return ev
+	}
+	stale, member := imexDown(stranger), imexDown(hostManaged)
+
+	h.reconcile(stranger)
+	h.reconcile(hostManaged)
+	h.g.Expect(h.phase(stranger)).To(Equal(healthy))
+	h.g.Expect(h.getNode(stranger).Spec.Unschedulable).To(BeFalse())
+	got := &gpuhealthv1alpha1.NodeHealthEvent{}
+	h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(stale), got)).To(Succeed())
+	h.g.Expect(got.Status.Phase).To(Equal(gpuhealthv1alpha1.EventIgnored))
+	h.g.Expect(got.Status.Classification.Verdict).To(Equal(gpuhealthv1alpha1.VerdictIgnore))
+	h.g.Expect(got.Status.Classification.Reason).To(ContainSubstring("no ComputeDomain member"))
+
+	h.g.Expect(h.phase(hostManaged)).NotTo(Equal(healthy))
+	h.g.Expect(h.getNode(hostManaged).Spec.Unschedulable).To(BeTrue())
+	h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(member), got)).To(Succeed())
+	h.g.Expect(got.Status.Phase).To(Equal(gpuhealthv1alpha1.EventActive))
+	nh := h.nodeHealth(hostManaged)
+	h.g.Expect(nh.Status.ComputeDomain).NotTo(BeNil())
+	h.g.Expect(nh.Status.ComputeDomain.UID).To(Equal("8d5a3c1e-uid"))
+	h.g.Expect(nh.Status.ComputeDomain.Traces).To(Equal([]gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceNodeLabel}))
+	h.g.Expect(historyPhases(nh)).To(ContainElement(quarantined))
+}
