@@ -204,9 +204,12 @@ func TestBudgetDrainsOneAtATime(t *testing.T) {
 	for _, n := range nodes {
 		injectXID(t, n, 3, 79)
 	}
-	allCordoned, maxOut := false, 0
-	g.Eventually(func(g Gomega) {
-		out, healthy, cordoned := 0, 0, 0
+	maxOut := 0
+	// observe returns how many of the nodes are cordoned and how many are
+	// Healthy, and tracks the most that were out (Draining or Recertifying)
+	// at once.
+	observe := func(g Gomega) (cordoned, healthy int) {
+		out := 0
 		for _, n := range nodes {
 			switch phase(n)(g) {
 			case gpuhealthv1alpha1.PhaseDraining, gpuhealthv1alpha1.PhaseRecertifying:
@@ -219,10 +222,11 @@ func TestBudgetDrainsOneAtATime(t *testing.T) {
 			}
 		}
 		maxOut = max(maxOut, out)
-		allCordoned = allCordoned || cordoned == len(nodes)
-		g.Expect(healthy).To(Equal(len(nodes)))
-	}, 5*time.Minute, 100*time.Millisecond).Should(Succeed())
-	g.Expect(allCordoned).To(BeTrue(), "all three cordoned at once: fatal faults do not wait for the budget")
+		return cordoned, healthy
+	}
+	g.Eventually(func(g Gomega) int { c, _ := observe(g); return c }, time.Minute, 100*time.Millisecond).Should(Equal(len(nodes)),
+		"all three cordoned at once: fatal faults do not wait for the budget")
+	g.Eventually(func(g Gomega) int { _, h := observe(g); return h }, 5*time.Minute, 100*time.Millisecond).Should(Equal(len(nodes)))
 	g.Expect(maxOut).To(Equal(1), "never more than one draining or recertifying")
 }
 
