@@ -190,8 +190,18 @@ func (e *cdEnv) unlabel(node string) {
 // pod goes, then the clique entry.
 func (e *cdEnv) removeDaemon(node string, uid types.UID, clique string) {
 	e.h.t.Helper()
+	e.deleteDaemonPod(node)
+	e.removeCliqueEntry(node, uid, clique)
+}
+
+func (e *cdEnv) deleteDaemonPod(node string) {
+	e.h.t.Helper()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: driverNamespace, Name: daemonPodName(node)}}
 	e.h.g.Expect(client.IgnoreNotFound(k8sClient.Delete(e.h.ctx, pod, client.GracePeriodSeconds(0)))).To(Succeed())
+}
+
+func (e *cdEnv) removeCliqueEntry(node string, uid types.UID, clique string) {
+	e.h.t.Helper()
 	cl := e.cliques[string(uid)+"."+clique]
 	e.h.g.Expect(k8sClient.Get(e.h.ctx, client.ObjectKeyFromObject(cl), cl)).To(Succeed())
 	var kept []any

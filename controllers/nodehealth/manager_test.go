@@ -2,6 +2,7 @@ package nodehealth
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/discovery"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
@@ -128,4 +131,69 @@ func TestOperatorRestartMidDrainResumes(t *testing.T) {
 	g.Expect(jobs.Items).To(HaveLen(1), "no duplicate Job after the restart")
 	g.Expect(historyPhases(h.nodeHealth(n.Name))).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy, quarantined, draining, recertifying, healthy}))
 	g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeFalse())
+}
+
+// TestManagerViewWakesALeavingNode runs the operator's wiring (manager,
+// view as a Runnable, the view's channel source): a drained member waits
+// in Draining while its clique entry remains, and the entry's removal alone
+// (no node or pod change, and well inside the one-minute leave recheck)
+// moves it on.
+func TestManagerViewWakesALeavingNode(t *testing.T) {
+	h := newHarness(t)
+	g := h.g
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Recertification.SoakWindow = dur("1h") })
+	e := h.withComputeDomains() // the test's own view, to know what the driver did
+	d := e.domain("d")
+	clique := h.label + ".1"
+	n := h.cliqueNode("a", clique)
+	e.join(n, d, clique)
+	e.waitListed(n, true)
+
+	mgr, err := ctrl.NewManager(testEnv.Config, ctrl.Options{
+		Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	g.Expect(err).NotTo(HaveOccurred())
+	view := computedomain.NewView(mgr.GetCache(), disc, clock.RealClock{})
+	g.Expect(mgr.Add(view)).To(Succeed())
+	clk := clock.RealClock{}
+	r := &Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
+		Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), clk),
+		Breaker: breaker.New(), Namespace: jobNamespace, ComputeDomains: view, MaxConcurrentReconciles: 4,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g.Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		g.Expect(<-done).To(Succeed())
+	}()
+
+	status := func() string {
+		nh := &gpuhealthv1alpha1.NodeHealth{}
+		if err := k8sClient.Get(h.ctx, types.NamespacedName{Name: n}, nh); err != nil {
+			return err.Error()
+		}
+		traces := ""
+		if cd := nh.Status.ComputeDomain; cd != nil {
+			traces = fmt.Sprint(cd.Traces)
+		}
+		return string(nh.Status.Phase) + "/" + nh.Status.Reason + "/" + traces
+	}
+	h.fault(n, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	g.Eventually(status, 20*time.Second, 50*time.Millisecond).Should(Equal("Draining/LeavingComputeDomain/[CliqueEntry DaemonPod NodeLabel]"))
+
+	// The driver unprepares the claim and the DaemonSet removes the pod: the
+	// node and pod watches wake the node; the clique entry remains.
+	e.unlabel(n)
+	e.deleteDaemonPod(n)
+	g.Eventually(status, 20*time.Second, 50*time.Millisecond).Should(Equal("Draining/LeavingComputeDomain/[CliqueEntry]"))
+
+	// Only the clique changes now: the view's channel wakes the node.
+	e.removeCliqueEntry(n, d, clique)
+	g.Eventually(status, 20*time.Second, 50*time.Millisecond).Should(HavePrefix("Recertifying/"))
 }
