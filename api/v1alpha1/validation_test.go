@@ -252,6 +252,21 @@ func TestSchemaRejectsInvalidObjects(t *testing.T) {
 			want:   []string{"maxUnavailablePerClique must be a non-negative count (1) or a percentage"},
 		},
 		{
+			name: "per-ComputeDomain budget in words", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) { set(u, "one", "spec", "budgets", "maxUnavailablePerComputeDomain") },
+			want:   []string{"maxUnavailablePerComputeDomain must be a non-negative count (1) or a percentage"},
+		},
+		{
+			name: "zero ComputeDomain leave timeout", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) { set(u, "0s", "spec", "computeDomain", "leaveTimeout") },
+			want:   []string{"spec.computeDomain.leaveTimeout", "leaveTimeout must be a positive duration"},
+		},
+		{
+			name: "dead-member grace period in words", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) { set(u, "five minutes", "spec", "computeDomain", "deadMemberGracePeriod") },
+			want:   []string{"deadMemberGracePeriod must be a non-negative duration"},
+		},
+		{
 			name: "negative drain timeout", object: validPolicy,
 			mutate: func(u *unstructured.Unstructured) { set(u, "-5m", "spec", "drain", "timeout") },
 			want:   []string{"spec.drain.timeout", "timeout must be a positive duration such as 30s, 5m or 1h"},
