@@ -263,8 +263,10 @@ func TestSchemaRejectsInvalidObjects(t *testing.T) {
 		},
 		{
 			name: "dead-member grace period in words", object: validPolicy,
-			mutate: func(u *unstructured.Unstructured) { set(u, "five minutes", "spec", "computeDomain", "deadMemberGracePeriod") },
-			want:   []string{"deadMemberGracePeriod must be a non-negative duration"},
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, "five minutes", "spec", "computeDomain", "deadMemberGracePeriod")
+			},
+			want: []string{"deadMemberGracePeriod must be a non-negative duration"},
 		},
 		{
 			name: "negative drain timeout", object: validPolicy,
