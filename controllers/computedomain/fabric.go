@@ -185,6 +185,10 @@ func fabricCheck(s *gpuhealthv1alpha1.NodeHealthEventSpec) bool {
 	return false
 }
 
+func isIMEX(s *gpuhealthv1alpha1.NodeHealthEventSpec) bool {
+	return s.Source == gpuhealthv1alpha1.SourceIMEX || s.Check == gpuhealthv1alpha1.CheckIMEXDomain || s.Check == gpuhealthv1alpha1.CheckIMEXDaemon
+}
+
 // IsFabricFault says whether a finding is a fabric-scoped fault that is
 // still open: not resolved, and not ignored, resolved or superseded by the
 // operator's judgement (which ignores, for example, IMEX findings of a node
@@ -239,7 +243,14 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			return ctrl.Result{}, fmt.Errorf("listing events of node %s: %w", n.Name, err)
 		}
 		for j := range evs.Items {
-			if ev := &evs.Items[j]; IsFabricFault(ev) {
+			ev := &evs.Items[j]
+			if isIMEX(&ev.Spec) && n.Labels[NodeLabel] == "" && ev.Status.Phase != gpuhealthv1alpha1.EventActive {
+				// IMEX runs only on ComputeDomain members. Without the node
+				// label, wait for the node controller's judgement (which
+				// ignores a non-member's stale report) before tainting a rack.
+				continue
+			}
+			if IsFabricFault(ev) {
 				faults = append(faults, fmt.Sprintf("%s %s on %s", ev.Spec.Check, ev.Spec.Code, n.Name))
 			}
 		}

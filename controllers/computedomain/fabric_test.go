@@ -74,8 +74,9 @@ func startFabric(t *testing.T, g *WithT) {
 	})
 }
 
-// TestFabricFaultTaintsItsCliqueOnly: an IMEX domain DOWN on one node of
-// clique A taints every node of clique A and no node of clique B; a taint
+// TestFabricFaultTaintsItsCliqueOnly: an IMEX domain DOWN on one member of
+// clique A taints every node of clique A and no node of clique B (whose
+// degraded fabric finding and non-member IMEX report are no rack fault); a taint
 // someone else put on a node of A stays after recovery, and recovery
 // removes exactly what gpuhealth added.
 func TestFabricFaultTaintsItsCliqueOnly(t *testing.T) {
@@ -96,6 +97,9 @@ func TestFabricFaultTaintsItsCliqueOnly(t *testing.T) {
 				Name:   fmt.Sprintf("fab-%s-%d", strings.ReplaceAll(c, ".", "-"), i),
 				Labels: map[string]string{"test": label, CliqueNodeLabel: c},
 			}}
+			if c == cliqueA && i == 1 {
+				n.Labels[NodeLabel] = "domain-uid" // a ComputeDomain member runs IMEX
+			}
 			if c == cliqueA && i == 3 {
 				// Someone else's taint, before any fault.
 				n.Spec.Taints = []corev1.Taint{nodepkg.FabricTaint}
@@ -114,6 +118,8 @@ func TestFabricFaultTaintsItsCliqueOnly(t *testing.T) {
 
 	// A degraded fabric finding on clique B is a node matter: no taint.
 	newFinding(ctx, t, g, nodes[5], gpuhealthv1alpha1.CheckFabric, "LIMITED_CAPACITY", gpuhealthv1alpha1.SeverityDegraded)
+	// A stale IMEX report from a node of clique B that is no member: no taint.
+	newFinding(ctx, t, g, nodes[4], gpuhealthv1alpha1.CheckIMEXDomain, "DOWN", gpuhealthv1alpha1.SeverityFatal)
 	// The IMEX domain of clique A goes DOWN.
 	down := newFinding(ctx, t, g, nodes[1], gpuhealthv1alpha1.CheckIMEXDomain, "DOWN", gpuhealthv1alpha1.SeverityFatal)
 

@@ -208,11 +208,9 @@ func (r *Reconciler) domainEvent(s *scope, eventType, reason, action, note strin
 func (r *Reconciler) domainBudgets(s *scope, nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]map[string]string) ([]budget.Decision, error) {
 	var out []budget.Decision
 	var errs []error
-	uid := s.cd.uid
-	if uid == "" && s.nh.Status.ComputeDomain != nil {
-		uid = types.UID(s.nh.Status.ComputeDomain.UID)
-	}
-	if uid != "" {
+	// The domain's budget applies while the node is a member: a node whose
+	// job ended while it was quarantined holds no domain up.
+	if uid := s.cd.uid; uid != "" && s.cd.member() {
 		members := map[string]bool{s.node.Name: true}
 		for name, lbls := range nodes {
 			if lbls[computedomain.NodeLabel] == string(uid) {
