@@ -405,6 +405,35 @@ func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
 	h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(ContainElement(ReasonMemberLeft))
 }
 
+// TestLeaveStuckClearsWhenReleased: a human releases a node whose leave is
+// stuck; the condition does not outlive the drain.
+func TestLeaveStuckClearsWhenReleased(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.ComputeDomain.LeaveTimeout = dur("1m") })
+	e := h.withComputeDomains()
+	d := e.domain("d")
+	clique := h.label + ".1"
+	n := h.cliqueNode("a", clique)
+	e.join(n, d, clique)
+	e.waitListed(n, true)
+	h.fault(n, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(n)
+	h.clock.Step(time.Minute)
+	h.reconcile(n)
+	stuck := func() metav1.ConditionStatus {
+		return meta.FindStatusCondition(h.nodeHealth(n).Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition).Status
+	}
+	h.g.Expect(stuck()).To(Equal(metav1.ConditionTrue))
+
+	nh := h.nodeHealth(n)
+	patch := client.MergeFrom(nh.DeepCopy())
+	nh.Spec.Request = &gpuhealthv1alpha1.ManualRequest{Action: gpuhealthv1alpha1.RequestRelease, ID: "t1", Reason: "domain cleaned up by hand"}
+	h.g.Expect(k8sClient.Patch(h.ctx, nh, patch)).To(Succeed())
+	h.reconcile(n)
+	h.g.Expect(h.phase(n)).To(Equal(healthy))
+	h.g.Expect(stuck()).To(Equal(metav1.ConditionFalse))
+}
+
 // TestDeadMemberDaemonPodDeletedOnlyAfterFencing: a NotReady member's stale
 // daemon pod is deleted only once the node is quarantined, cordoned, marked
 // out of service and past the grace period; a Ready node's pod is never

@@ -456,6 +456,12 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope, before **gpuhealth
 	}
 	// Housekeeping after the phase's step, in the phase it ended in.
 	r.ensureMembershipStatus(s)
+	if s.machine.Phase() != gpuhealthv1alpha1.PhaseDraining &&
+		meta.IsStatusConditionTrue(s.nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition) {
+		// A human released or cancelled the drain: nothing waits to leave.
+		setCondition(s, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition, false, ReasonNotDraining,
+			"the node is no longer draining ("+string(s.machine.Phase())+")")
+	}
 	if s.machine.Phase() != gpuhealthv1alpha1.PhaseHealthy {
 		return r.ensureDeadMemberReleased(ctx, s)
 	}

@@ -57,6 +57,8 @@ const (
 	ReasonLeavingComputeDomain = "LeavingComputeDomain"
 	// ReasonComputeDomainLeft: the node left its ComputeDomain.
 	ReasonComputeDomainLeft = "ComputeDomainLeft"
+	// ReasonNotDraining: the drain that waited for the node to leave its ComputeDomain ended otherwise.
+	ReasonNotDraining = "NotDraining"
 	// ReasonComputeDomainLeaveStuck: the node did not leave its ComputeDomain within leaveTimeout.
 	ReasonComputeDomainLeaveStuck = "ComputeDomainLeaveStuck"
 	// ReasonMemberQuarantined: a ComputeDomain member was taken out of service (Event on the domain).
