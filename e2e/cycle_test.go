@@ -33,7 +33,7 @@ func TestXID79FullCycle(t *testing.T) {
 	// and gpu-node-3; gpu-node-4 is where a replacement can go.
 	g.Expect(framework.CreateWorkload(ctx, env.Cluster, framework.Workload{
 		Namespace: "ml", Name: "trainer", Replicas: 2,
-		Allowed:   []string{"gpu-node-0", "gpu-node-3", "gpu-node-4"}, Preferred: []string{"gpu-node-0", "gpu-node-3"},
+		Allowed: []string{"gpu-node-0", "gpu-node-3", "gpu-node-4"}, Preferred: []string{"gpu-node-0", "gpu-node-3"},
 		MinAvailable: ptr.To[int32](1),
 	})).To(Succeed())
 	g.Eventually(func(g Gomega) {

@@ -306,6 +306,10 @@ type scope struct {
 	// prevBlocking is status.blockingBudget as read, so a node that goes on
 	// waiting for the same budget is not announced again.
 	prevBlocking gpuhealthv1alpha1.BudgetName
+	// attemptStarted is set when this reconcile started a recertification
+	// attempt; its Jobs wait for the next one, after the attempt's start is
+	// written down.
+	attemptStarted bool
 }
 
 // recordedTransition is a transition for the metrics.

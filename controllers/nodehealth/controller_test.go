@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -106,6 +107,55 @@ func TestFullCycle(t *testing.T) {
 	// A later reconcile does not re-quarantine on the closed finding.
 	h.reconcile(n.Name)
 	h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
+}
+
+// TestASecondCycleRunsItsOwnJobs: Jobs have deterministic names per node,
+// kind and attempt, and finished ones are kept for their logs. A node that
+// faults again must not read the previous cycle's finished Jobs as this
+// cycle's: they are deleted when the new cycle starts, and new ones run.
+func TestASecondCycleRunsItsOwnJobs(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Recertification.Job = jobTemplate()
+		s.Recertification.SoakWindow = dur("1m")
+		s.Remediation.RebootNode = &gpuhealthv1alpha1.RemediationStep{Job: gpuhealthv1alpha1.JobTemplate{Image: "reboot"}}
+		s.CircuitBreaker.Enabled = ptr.To(false) // the node quarantines twice within the breaker's window
+	})
+	n := h.node("again", nil)
+	h.reconcile(n.Name) // the NodeHealth appears
+	reboot, recert := job.Name(job.RebootNode, n.Name, 1), job.Name(job.Recertification, n.Name, 1)
+	// fresh reconciles until the Job exists and has not run yet: this
+	// cycle's, not the last one's.
+	fresh := func(name string) batchv1.Job {
+		var j batchv1.Job
+		for range 8 {
+			err := k8sClient.Get(h.ctx, types.NamespacedName{Namespace: jobNamespace, Name: name}, &j)
+			if err == nil && len(j.Status.Conditions) == 0 {
+				return j
+			}
+			h.reconcile(n.Name)
+		}
+		h.t.Fatalf("no fresh job %s", name)
+		return j
+	}
+	cycle := func(code string) (types.UID, types.UID) {
+		h.fault(n.Name, gpuhealthv1alpha1.CheckXID, code, gpuhealthv1alpha1.SeverityFatal)
+		rebootJob := fresh(reboot)
+		h.g.Expect(h.phase(n.Name)).To(Equal(recertifying))
+		h.finishJob(reboot, true)
+		recertJob := fresh(recert)
+		h.g.Expect(h.phase(n.Name)).To(Equal(recertifying), "last cycle's finished recertification does not count")
+		h.finishJob(recert, true)
+		h.reconcile(n.Name)
+		h.clock.Step(time.Minute)
+		h.reconcile(n.Name)
+		h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
+		return rebootJob.UID, recertJob.UID
+	}
+	firstReboot, firstRecert := cycle("79")
+	secondReboot, secondRecert := cycle("151")
+	h.g.Expect(secondReboot).NotTo(Equal(firstReboot))
+	h.g.Expect(secondRecert).NotTo(Equal(firstRecert))
 }
 
 // TestRecertificationFailsTwiceThenFailed: two failed attempts use up

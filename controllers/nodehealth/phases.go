@@ -332,6 +332,7 @@ func (r *Reconciler) reconcileDraining(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.nh.Status.Recertification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: attempt, StartedAt: &s.now, Result: gpuhealthv1alpha1.JobPending}
+	s.attemptStarted = true
 	return nil
 }
 
@@ -349,10 +350,18 @@ func (r *Reconciler) reconcileRecertifying(ctx context.Context, s *scope) error 
 	if rc == nil || rc.StartedAt == nil {
 		rc = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &s.now, Result: gpuhealthv1alpha1.JobPending}
 		s.nh.Status.Recertification = rc
+		s.attemptStarted = true
+	}
+	if s.attemptStarted {
+		// The attempt started in this reconcile: write it down before any
+		// Job exists. Jobs carry the attempt's start, and a restart must
+		// find the same start to recognise them as this attempt's.
+		s.wait(time.Millisecond)
+		return nil
 	}
 	spec := s.policy.Spec
 	if kind, step := remediationStep(s.action(), spec.Remediation); step != nil {
-		want := job.Build(kind, s.node.Name, r.Namespace, rc.Attempt, step.Job, step.Timeout.Get(defaultJobTimeout))
+		want := job.Build(kind, s.node.Name, r.Namespace, rc.Attempt, rc.StartedAt.Time, step.Job, step.Timeout.Get(defaultJobTimeout))
 		rc.RemediationJob = want.Name
 		done, err := r.awaitJob(ctx, s, want, ReasonRemediating)
 		if err != nil || !done {
@@ -360,7 +369,7 @@ func (r *Reconciler) reconcileRecertifying(ctx context.Context, s *scope) error 
 		}
 	}
 	if spec.Recertification.Job != nil {
-		want := job.Build(job.Recertification, s.node.Name, r.Namespace, rc.Attempt, *spec.Recertification.Job, spec.Recertification.Timeout.Get(defaultJobTimeout))
+		want := job.Build(job.Recertification, s.node.Name, r.Namespace, rc.Attempt, rc.StartedAt.Time, *spec.Recertification.Job, spec.Recertification.Timeout.Get(defaultJobTimeout))
 		rc.JobName = want.Name
 		done, err := r.awaitJob(ctx, s, want, ReasonRecertifying)
 		if err != nil || !done {
@@ -424,8 +433,13 @@ func (r *Reconciler) awaitJob(ctx context.Context, s *scope, want *batchv1.Job, 
 	if err != nil {
 		return false, err
 	}
-	result, msg := job.Result(live)
 	rc := s.nh.Status.Recertification
+	if live == nil {
+		setStatusReason(s, waitingReason, fmt.Sprintf("attempt %d: removing job %s/%s of an earlier attempt", rc.Attempt, want.Namespace, want.Name))
+		s.wait(time.Second)
+		return false, nil
+	}
+	result, msg := job.Result(live)
 	switch result {
 	case gpuhealthv1alpha1.JobSucceeded:
 		return true, nil

@@ -40,6 +40,12 @@ const (
 	KindLabel = "gpuhealth.dev/job-kind"
 	// AttemptLabel carries the recertification attempt.
 	AttemptLabel = "gpuhealth.dev/attempt"
+	// AttemptStartedAnnotation holds when the attempt a Job belongs to
+	// started (RFC 3339). Names repeat from one remediation cycle of a node
+	// to the next (kind, node and attempt number), and finished Jobs are
+	// kept a day for their logs, so the name alone cannot tell this cycle's
+	// Job from the last one's.
+	AttemptStartedAnnotation = "gpuhealth.dev/attempt-started"
 
 	// finishedTTL keeps finished Jobs (and their pods' logs) for a day so a
 	// human can read why a node failed recertification.
@@ -67,7 +73,7 @@ func Name(kind Kind, node string, attempt int32) string {
 // checks resources such as nvidia.com/gpu), tolerates every taint (the node
 // is cordoned and tainted by us, and perhaps by a human), never restarts, and
 // the Job has no retries of its own: gpuhealth counts attempts.
-func Build(kind Kind, node, namespace string, attempt int32, tmpl gpuhealthv1alpha1.JobTemplate, timeout time.Duration) *batchv1.Job {
+func Build(kind Kind, node, namespace string, attempt int32, started time.Time, tmpl gpuhealthv1alpha1.JobTemplate, timeout time.Duration) *batchv1.Job {
 	labels := map[string]string{}
 	for k, v := range tmpl.Labels {
 		labels[k] = v
@@ -91,7 +97,10 @@ func Build(kind Kind, node, namespace string, attempt int32, tmpl gpuhealthv1alp
 		container.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 	}
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: Name(kind, node, attempt), Namespace: namespace, Labels: ours},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: Name(kind, node, attempt), Namespace: namespace, Labels: ours,
+			Annotations: map[string]string{AttemptStartedAnnotation: started.UTC().Format(time.RFC3339)},
+		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:            ptr.To[int32](0),
 			ActiveDeadlineSeconds:   ptr.To(int64(timeout.Seconds())),
@@ -118,20 +127,30 @@ func Build(kind Kind, node, namespace string, attempt int32, tmpl gpuhealthv1alp
 	}
 }
 
-// Ensure creates the Job unless it exists, and returns the live one.
+// Ensure creates the Job unless it exists, and returns the live one. A Job
+// of that name from an earlier attempt (its AttemptStartedAnnotation differs)
+// is deleted instead, and Ensure returns nil: call again once it is gone.
 func Ensure(ctx context.Context, c client.Client, want *batchv1.Job) (*batchv1.Job, error) {
 	got := &batchv1.Job{}
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), got)
-	if err == nil {
+	switch {
+	case err == nil && got.Annotations[AttemptStartedAnnotation] == want.Annotations[AttemptStartedAnnotation]:
 		return got, nil
-	}
-	if !apierrors.IsNotFound(err) {
+	case err == nil:
+		if got.DeletionTimestamp == nil {
+			err := c.Delete(ctx, got, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &got.UID})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return nil, fmt.Errorf("deleting job %s of an earlier attempt: %w", want.Name, err)
+			}
+		}
+		return nil, nil
+	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("getting job %s: %w", want.Name, err)
 	}
 	if err := c.Create(ctx, want); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Our cache was behind; the Job is there. Read it next time.
-			return want, nil
+			return nil, nil
 		}
 		return nil, fmt.Errorf("creating job %s: %w", want.Name, err)
 	}

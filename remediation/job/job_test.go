@@ -36,7 +36,7 @@ func TestBuild(t *testing.T) {
 		Labels:    map[string]string{"team": "infra", NodeLabel: "spoofed"},
 		Resources: &corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resourceQuantity("8")}},
 	}
-	j := Build(Recertification, "gpu-node-1", "gpuhealth-system", 3, tmpl, 20*time.Minute)
+	j := Build(Recertification, "gpu-node-1", "gpuhealth-system", 3, time.Time{}, tmpl, 20*time.Minute)
 	g.Expect(j.Name).To(Equal("gpuhealth-recert-gpu-node-1-3"))
 	g.Expect(j.Namespace).To(Equal("gpuhealth-system"))
 	g.Expect(*j.Spec.BackoffLimit).To(BeEquivalentTo(0), "gpuhealth counts attempts, not the Job")
