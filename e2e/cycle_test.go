@@ -226,7 +226,7 @@ func TestBudgetDrainsOneAtATime(t *testing.T) {
 			}
 		}
 		maxOut = max(maxOut, out)
-		return cordoned, healthy
+		return cordoned, back
 	}
 	g.Eventually(func(g Gomega) int { c, _ := observe(g); return c }, time.Minute, 100*time.Millisecond).Should(Equal(len(nodes)),
 		"all three cordoned at once: fatal faults do not wait for the budget")
