@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -124,19 +126,65 @@ func (c *Cluster) connect() error {
 	return err
 }
 
-// Stop stops every component of the cluster (an outage); Start brings them
-// back with the same data.
-func (c *Cluster) Stop(ctx context.Context) error { return c.kwokctl(ctx, "stop", "cluster") }
-
-// Start starts a stopped cluster and waits for the apiserver.
-func (c *Cluster) Start(ctx context.Context) error {
-	if err := c.kwokctl(ctx, "start", "cluster", "--wait", "2m"); err != nil {
-		return err
+// StopAPIServer stops the cluster's kube-apiserver (an outage: etcd, the
+// controllers and kwok keep running and reconnect later) and returns a
+// function that starts it again with the same command line and waits until
+// it is ready. kwokctl's own stop/start restarts every component; kwok's
+// controller came back from that without acting on pods any more, so the
+// suite stops just the apiserver, as an apiserver outage does.
+func (c *Cluster) StopAPIServer(ctx context.Context) (func() error, error) {
+	pidFile := filepath.Join(c.WorkDir, "clusters", c.Name, "pids", "kube-apiserver.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the apiserver's pid: %w", err)
 	}
-	return Poll(ctx, 2*time.Minute, func() (bool, string) {
-		_, err := c.Clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		return err == nil, fmt.Sprint(err)
-	})
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("parsing the apiserver's pid %q: %w", b, err)
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return nil, fmt.Errorf("reading the apiserver's command line: %w", err)
+	}
+	argv := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+	if err != nil {
+		return nil, fmt.Errorf("reading the apiserver's working directory: %w", err)
+	}
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return nil, err
+	}
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
+		return nil, fmt.Errorf("stopping the apiserver: %w", err)
+	}
+	if err := Poll(ctx, time.Minute, func() (bool, string) {
+		return proc.Signal(syscall.Signal(0)) != nil, "the apiserver has not exited"
+	}); err != nil {
+		return nil, err
+	}
+	return func() error {
+		log, err := os.OpenFile(filepath.Join(c.LogsDir(), "kube-apiserver.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = log.Close() }()
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = cwd, log, log
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("restarting the apiserver: %w", err)
+		}
+		// kwokctl stops the cluster by this file.
+		if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+			return err
+		}
+		go func() { _ = cmd.Wait() }()
+		return Poll(ctx, 2*time.Minute, func() (bool, string) {
+			_, err := c.Clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err == nil, fmt.Sprint(err)
+		})
+	}, nil
 }
 
 // Delete removes the cluster and its processes.
