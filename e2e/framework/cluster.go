@@ -159,7 +159,7 @@ func (c *Cluster) StopAPIServer(ctx context.Context) (func() error, error) {
 		return nil, fmt.Errorf("stopping the apiserver: %w", err)
 	}
 	if err := Poll(ctx, time.Minute, func() (bool, string) {
-		return proc.Signal(syscall.Signal(0)) != nil, "the apiserver has not exited"
+		return exited(pid), "the apiserver has not exited"
 	}); err != nil {
 		return nil, err
 	}
@@ -275,4 +275,16 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// exited reports whether process pid is gone or a zombie (kwokctl's
+// components are not our children; nobody may reap them in a container).
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
 }
