@@ -70,15 +70,15 @@ func TestFullCycle(t *testing.T) {
 	h.g.Expect(h.playKubelet(n.Name)).To(Equal(1), "the workload pod was evicted")
 	h.reconcile(n.Name)
 	h.g.Expect(h.phase(n.Name)).To(Equal(recertifying))
-	reboot := job.Name(job.RebootNode, n.Name, 1)
+	reboot := h.jobName(job.RebootNode, n.Name, 1)
 	h.g.Expect(h.jobExists(reboot)).To(BeTrue())
-	h.g.Expect(h.jobExists(job.Name(job.Recertification, n.Name, 1))).To(BeFalse(), "recertification waits for the reboot")
+	h.g.Expect(h.jobExists(h.jobName(job.Recertification, n.Name, 1))).To(BeFalse(), "recertification waits for the reboot")
 	h.g.Expect(h.nodeHealth(n.Name).Status.Reason).To(Equal(ReasonRemediating))
 
 	// Reboot done → the recertification Job.
 	h.finishJob(reboot, true)
 	h.reconcile(n.Name)
-	recert := job.Name(job.Recertification, n.Name, 1)
+	recert := h.jobName(job.Recertification, n.Name, 1)
 	h.g.Expect(h.jobExists(recert)).To(BeTrue())
 	h.finishJob(recert, true)
 
@@ -123,29 +123,28 @@ func TestASecondCycleRunsItsOwnJobs(t *testing.T) {
 	})
 	n := h.node("again", nil)
 	h.reconcile(n.Name) // the NodeHealth appears
-	reboot, recert := job.Name(job.RebootNode, n.Name, 1), job.Name(job.Recertification, n.Name, 1)
-	// fresh reconciles until the Job exists and has not run yet: this
-	// cycle's, not the last one's.
-	fresh := func(name string) batchv1.Job {
+	// fresh reconciles until the node's Job of that kind exists and has not
+	// run yet: this cycle's, not the last one's.
+	fresh := func(kind job.Kind) batchv1.Job {
 		var j batchv1.Job
 		for range 8 {
-			err := k8sClient.Get(h.ctx, types.NamespacedName{Namespace: jobNamespace, Name: name}, &j)
+			err := k8sClient.Get(h.ctx, types.NamespacedName{Namespace: jobNamespace, Name: h.jobName(kind, n.Name, 1)}, &j)
 			if err == nil && len(j.Status.Conditions) == 0 {
 				return j
 			}
 			h.reconcile(n.Name)
 		}
-		h.t.Fatalf("no fresh job %s", name)
+		h.t.Fatalf("no fresh %s job", kind)
 		return j
 	}
 	cycle := func(code string) (types.UID, types.UID) {
 		h.fault(n.Name, gpuhealthv1alpha1.CheckXID, code, gpuhealthv1alpha1.SeverityFatal)
-		rebootJob := fresh(reboot)
+		rebootJob := fresh(job.RebootNode)
 		h.g.Expect(h.phase(n.Name)).To(Equal(recertifying))
-		h.finishJob(reboot, true)
-		recertJob := fresh(recert)
+		h.finishJob(rebootJob.Name, true)
+		recertJob := fresh(job.Recertification)
 		h.g.Expect(h.phase(n.Name)).To(Equal(recertifying), "last cycle's finished recertification does not count")
-		h.finishJob(recert, true)
+		h.finishJob(recertJob.Name, true)
 		h.reconcile(n.Name)
 		h.clock.Step(time.Minute)
 		h.reconcile(n.Name)
@@ -174,7 +173,7 @@ func TestRecertificationFailsTwiceThenFailed(t *testing.T) {
 	// Attempt 1: no pods, straight to Recertifying.
 	h.reconcile(n.Name)
 	h.g.Expect(h.phase(n.Name)).To(Equal(recertifying))
-	h.finishJob(job.Name(job.Recertification, n.Name, 1), false)
+	h.finishJob(h.jobName(job.Recertification, n.Name, 1), false)
 	h.reconcile(n.Name)
 	nh := h.nodeHealth(n.Name)
 	h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
@@ -192,7 +191,7 @@ func TestRecertificationFailsTwiceThenFailed(t *testing.T) {
 	nh = h.nodeHealth(n.Name)
 	h.g.Expect(nh.Status.Phase).To(Equal(recertifying))
 	h.g.Expect(nh.Status.Recertification.Attempt).To(BeEquivalentTo(2))
-	h.finishJob(job.Name(job.Recertification, n.Name, 2), false)
+	h.finishJob(h.jobName(job.Recertification, n.Name, 2), false)
 	h.reconcile(n.Name)
 	nh = h.nodeHealth(n.Name)
 	h.g.Expect(nh.Status.Phase).To(Equal(failed))
@@ -344,7 +343,7 @@ func TestBudgetDrainsOneAtATime(t *testing.T) {
 			}
 		}
 		h.g.Expect(active).NotTo(BeEmpty())
-		h.finishJob(job.Name(job.Recertification, active, 1), true)
+		h.finishJob(h.jobName(job.Recertification, active, 1), true)
 		h.reconcile(active)
 		h.g.Expect(h.phase(active)).To(Equal(healthy))
 		for _, n := range names {
@@ -366,7 +365,7 @@ func TestContactSupportGoesToFailedAfterDrain(t *testing.T) {
 	nh := h.nodeHealth(n.Name)
 	h.g.Expect(nh.Status.Phase).To(Equal(failed))
 	h.g.Expect(nh.Status.Reason).To(Equal(ReasonNeedsHuman))
-	h.g.Expect(h.jobExists(job.Name(job.Recertification, n.Name, 1))).To(BeFalse())
+	h.g.Expect(h.jobExists(h.jobName(job.Recertification, n.Name, 1))).To(BeFalse())
 	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeTrue())
 }
 
@@ -402,7 +401,7 @@ func TestCircuitBreaker(t *testing.T) {
 	h.g.Expect(got.Status.CircuitBreaker.State).To(Equal(gpuhealthv1alpha1.BreakerOpen))
 
 	// Recoveries are never blocked: a quarantined node returns.
-	h.finishJob(job.Name(job.Recertification, names[0], 1), true)
+	h.finishJob(h.jobName(job.Recertification, names[0], 1), true)
 	h.reconcile(names[0])
 	h.g.Expect(h.phase(names[0])).To(Equal(healthy))
 
@@ -457,7 +456,7 @@ func TestResetGPUStepRunsBeforeRecertification(t *testing.T) {
 	n := h.node("a", nil)
 	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "48", gpuhealthv1alpha1.SeverityFatal)
 	h.reconcile(n.Name)
-	reset, recert := job.Name(job.ResetGPU, n.Name, 1), job.Name(job.Recertification, n.Name, 1)
+	reset, recert := h.jobName(job.ResetGPU, n.Name, 1), h.jobName(job.Recertification, n.Name, 1)
 	h.g.Expect(h.jobExists(reset)).To(BeTrue())
 	h.g.Expect(h.jobExists(recert)).To(BeFalse())
 	h.g.Expect(h.nodeHealth(n.Name).Status.Recertification.RemediationJob).To(Equal(reset))
@@ -497,7 +496,7 @@ func TestManualRecertifyAndHold(t *testing.T) {
 	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
 	h.reconcile(n.Name)
 	h.g.Expect(h.phase(n.Name)).To(Equal(recertifying))
-	h.finishJob(job.Name(job.Recertification, n.Name, 1), true)
+	h.finishJob(h.jobName(job.Recertification, n.Name, 1), true)
 	h.reconcile(n.Name)
 	h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
 	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeFalse())

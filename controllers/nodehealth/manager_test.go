@@ -110,7 +110,7 @@ func TestOperatorRestartMidDrainResumes(t *testing.T) {
 	stop = startManager(t)
 	defer stop()
 
-	recert := job.Name(job.Recertification, n.Name, 1)
+	var recert string
 	g.Eventually(func() bool {
 		h.playKubelet(n.Name)
 		nh := h.nodeHealth(n.Name)
@@ -121,6 +121,7 @@ func TestOperatorRestartMidDrainResumes(t *testing.T) {
 			_ = k8sClient.Get(h.ctx, client.ObjectKeyFromObject(pod), p)
 			t.Logf("phase %s blocked %s; pdb gen %d status %+v; pod phase %s deletion %v", nh.Status.Phase, nh.Status.Drain.Blocked[0].Message, cur.Generation, cur.Status, p.Status.Phase, p.DeletionTimestamp)
 		}
+		recert = h.jobName(job.Recertification, n.Name, 1)
 		return h.jobExists(recert)
 	}, 30*time.Second, 100*time.Millisecond).Should(BeTrue(), "the new operator finishes the drain and starts recertification")
 	h.finishJob(recert, true)

@@ -354,8 +354,8 @@ func (r *Reconciler) reconcileRecertifying(ctx context.Context, s *scope) error 
 	}
 	if s.attemptStarted {
 		// The attempt started in this reconcile: write it down before any
-		// Job exists. Jobs carry the attempt's start, and a restart must
-		// find the same start to recognise them as this attempt's.
+		// Job exists. Job names carry the attempt's start, and a restart
+		// must find the same start to find the same Jobs.
 		s.wait(time.Millisecond)
 		return nil
 	}
@@ -434,11 +434,6 @@ func (r *Reconciler) awaitJob(ctx context.Context, s *scope, want *batchv1.Job, 
 		return false, err
 	}
 	rc := s.nh.Status.Recertification
-	if live == nil {
-		setStatusReason(s, waitingReason, fmt.Sprintf("attempt %d: removing job %s/%s of an earlier attempt", rc.Attempt, want.Namespace, want.Name))
-		s.wait(time.Second)
-		return false, nil
-	}
 	result, msg := job.Result(live)
 	switch result {
 	case gpuhealthv1alpha1.JobSucceeded:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
 var (
@@ -267,6 +269,28 @@ func (h *harness) finishJob(name string, succeeded bool) {
 	h.t.Cleanup(func() {
 		_ = k8sClient.Delete(context.Background(), j, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	})
+}
+
+// jobName is the name of the node's Job of a kind for an attempt: the
+// current attempt's (names carry the attempt's start), else the newest such
+// Job, else a name that does not exist.
+func (h *harness) jobName(kind job.Kind, node string, attempt int32) string {
+	h.t.Helper()
+	if rc := h.nodeHealth(node).Status.Recertification; rc != nil && rc.StartedAt != nil && rc.Attempt == attempt {
+		return job.Name(kind, node, attempt, rc.StartedAt.Time)
+	}
+	list := &batchv1.JobList{}
+	h.g.Expect(k8sClient.List(h.ctx, list, client.InNamespace(jobNamespace), client.MatchingLabels{
+		job.NodeLabel: node, job.KindLabel: string(kind), job.AttemptLabel: strconv.Itoa(int(attempt)),
+	})).To(Succeed())
+	name := job.Name(kind, node, attempt, time.Time{})
+	var newest time.Time
+	for _, j := range list.Items {
+		if j.CreationTimestamp.After(newest) {
+			name, newest = j.Name, j.CreationTimestamp.Time
+		}
+	}
+	return name
 }
 
 func (h *harness) jobExists(name string) bool {

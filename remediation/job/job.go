@@ -41,10 +41,7 @@ const (
 	// AttemptLabel carries the recertification attempt.
 	AttemptLabel = "gpuhealth.dev/attempt"
 	// AttemptStartedAnnotation holds when the attempt a Job belongs to
-	// started (RFC 3339). Names repeat from one remediation cycle of a node
-	// to the next (kind, node and attempt number), and finished Jobs are
-	// kept a day for their logs, so the name alone cannot tell this cycle's
-	// Job from the last one's.
+	// started (RFC 3339), for people; the name carries a hash of it.
 	AttemptStartedAnnotation = "gpuhealth.dev/attempt-started"
 
 	// finishedTTL keeps finished Jobs (and their pods' logs) for a day so a
@@ -52,13 +49,19 @@ const (
 	finishedTTL = 24 * time.Hour
 )
 
-// Name is the deterministic name of the Job of a kind for a node and attempt,
-// so a stale cache meets AlreadyExists instead of creating a second Job. Long
-// node names are shortened and made unique with a hash; the result is a valid
-// label value (at most 63 characters), as Job names must be.
-func Name(kind Kind, node string, attempt int32) string {
+// Name is the deterministic name of the Job of a kind for a node and
+// attempt, so a stale cache meets AlreadyExists instead of creating a second
+// Job. It ends in the attempt number and a short hash of when the attempt
+// started: a node's next remediation cycle counts attempts from 1 again, and
+// the previous cycle's finished Jobs are kept a day for their logs, so
+// without the start the next cycle would find them and read their result as
+// its own (and the Job controller is slow to act on a Job recreated under a
+// name it just saw deleted). Long node names are cut and hashed to keep the
+// name within 63 characters (the Job controller copies it into a label).
+func Name(kind Kind, node string, attempt int32, started time.Time) string {
 	prefix := "gpuhealth-" + string(kind) + "-"
-	suffix := "-" + strconv.Itoa(int(attempt))
+	at := sha256.Sum256([]byte(started.UTC().Format(time.RFC3339)))
+	suffix := "-" + strconv.Itoa(int(attempt)) + "-" + hex.EncodeToString(at[:])[:5]
 	if len(prefix)+len(node)+len(suffix) <= 63 {
 		return prefix + node + suffix
 	}
@@ -98,7 +101,7 @@ func Build(kind Kind, node, namespace string, attempt int32, started time.Time, 
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: Name(kind, node, attempt), Namespace: namespace, Labels: ours,
+			Name: Name(kind, node, attempt, started), Namespace: namespace, Labels: ours,
 			Annotations: map[string]string{AttemptStartedAnnotation: started.UTC().Format(time.RFC3339)},
 		},
 		Spec: batchv1.JobSpec{
@@ -127,30 +130,20 @@ func Build(kind Kind, node, namespace string, attempt int32, started time.Time, 
 	}
 }
 
-// Ensure creates the Job unless it exists, and returns the live one. A Job
-// of that name from an earlier attempt (its AttemptStartedAnnotation differs)
-// is deleted instead, and Ensure returns nil: call again once it is gone.
+// Ensure creates the Job unless it exists, and returns the live one.
 func Ensure(ctx context.Context, c client.Client, want *batchv1.Job) (*batchv1.Job, error) {
 	got := &batchv1.Job{}
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), got)
-	switch {
-	case err == nil && got.Annotations[AttemptStartedAnnotation] == want.Annotations[AttemptStartedAnnotation]:
+	if err == nil {
 		return got, nil
-	case err == nil:
-		if got.DeletionTimestamp == nil {
-			err := c.Delete(ctx, got, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &got.UID})
-			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return nil, fmt.Errorf("deleting job %s of an earlier attempt: %w", want.Name, err)
-			}
-		}
-		return nil, nil
-	case !apierrors.IsNotFound(err):
+	}
+	if !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("getting job %s: %w", want.Name, err)
 	}
 	if err := c.Create(ctx, want); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Our cache was behind; the Job is there. Read it next time.
-			return nil, nil
+			return want, nil
 		}
 		return nil, fmt.Errorf("creating job %s: %w", want.Name, err)
 	}

@@ -16,17 +16,20 @@ import (
 
 func TestName(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(Name(Recertification, "gpu-node-1", 2)).To(Equal("gpuhealth-recert-gpu-node-1-2"))
+	started := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	g.Expect(Name(Recertification, "gpu-node-1", 2, started)).To(MatchRegexp(`^gpuhealth-recert-gpu-node-1-2-[0-9a-f]{5}$`))
 	long := strings.Repeat("rack-17.tray-09.", 8) + "node"
-	a, b := Name(RebootNode, long, 1), Name(RebootNode, long+"x", 1)
+	a, b := Name(RebootNode, long, 1, started), Name(RebootNode, long+"x", 1, started)
 	for _, n := range []string{a, b} {
 		g.Expect(len(n)).To(BeNumerically("<=", 63))
 		g.Expect(validation.IsDNS1123Subdomain(n)).To(BeEmpty(), n)
 		g.Expect(validation.IsValidLabelValue(n)).To(BeEmpty(), "the Job controller labels pods with the Job's name: %s", n)
 	}
 	g.Expect(a).NotTo(Equal(b), "shortened names stay unique per node")
-	g.Expect(Name(RebootNode, long, 1)).To(Equal(a), "deterministic")
-	g.Expect(Name(RebootNode, long, 2)).NotTo(Equal(a), "one Job per attempt")
+	g.Expect(Name(RebootNode, long, 1, started)).To(Equal(a), "deterministic")
+	g.Expect(Name(RebootNode, long, 2, started)).NotTo(Equal(a), "one Job per attempt")
+	g.Expect(Name(RebootNode, long, 1, started.Add(time.Hour))).NotTo(Equal(a), "one Job per cycle: attempt 1 of the next cycle starts later")
+	g.Expect(Name(RebootNode, long, 1, started.Add(time.Millisecond))).To(Equal(a), "the start as stored (whole seconds) decides")
 }
 
 func TestBuild(t *testing.T) {
@@ -37,7 +40,7 @@ func TestBuild(t *testing.T) {
 		Resources: &corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resourceQuantity("8")}},
 	}
 	j := Build(Recertification, "gpu-node-1", "gpuhealth-system", 3, time.Time{}, tmpl, 20*time.Minute)
-	g.Expect(j.Name).To(Equal("gpuhealth-recert-gpu-node-1-3"))
+	g.Expect(j.Name).To(Equal(Name(Recertification, "gpu-node-1", 3, time.Time{})))
 	g.Expect(j.Namespace).To(Equal("gpuhealth-system"))
 	g.Expect(*j.Spec.BackoffLimit).To(BeEquivalentTo(0), "gpuhealth counts attempts, not the Job")
 	g.Expect(*j.Spec.ActiveDeadlineSeconds).To(BeEquivalentTo(1200))
