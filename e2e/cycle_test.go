@@ -67,8 +67,8 @@ func TestXID79FullCycle(t *testing.T) {
 	}).Should(Succeed())
 
 	g.Eventually(phase("gpu-node-0")).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
-	g.Expect(quarantined(g, "gpu-node-0")).To(BeFalse())
-	g.Expect(node(g, "gpu-node-0").Spec.Unschedulable).To(BeFalse(), "schedulable again")
+	g.Eventually(func(g Gomega) bool { return quarantined(g, "gpu-node-0") }).Should(BeFalse())
+	g.Eventually(func(g Gomega) bool { return node(g, "gpu-node-0").Spec.Unschedulable }).Should(BeFalse(), "schedulable again")
 	g.Expect(jobs(g, "gpu-node-0", job.RebootNode)).To(HaveLen(1), "one reboot step")
 	g.Expect(jobs(g, "gpu-node-0", job.Recertification)).To(HaveLen(1), "one recertification")
 	g.Expect(historyPhases(nodeHealth(g, "gpu-node-0"))).To(ContainElements(

@@ -155,7 +155,9 @@ func (c *Cluster) StopAPIServer(ctx context.Context) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := proc.Signal(syscall.SIGTERM); err != nil {
+	// SIGKILL: a crash. (A SIGTERM'd apiserver drains its watches for a
+	// minute or more before it exits.)
+	if err := proc.Signal(syscall.SIGKILL); err != nil {
 		return nil, fmt.Errorf("stopping the apiserver: %w", err)
 	}
 	if err := Poll(ctx, time.Minute, func() (bool, string) {
