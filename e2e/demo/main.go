@@ -132,7 +132,8 @@ func run(dir string) error {
 	w := &watcher{c: c, events: map[string]string{}, phases: map[string]string{}}
 	err = framework.Poll(ctx, 5*time.Minute, func() (bool, string) {
 		w.poll(ctx)
-		return w.phases[faultyNode] == string(gpuhealthv1alpha1.PhaseHealthy) && w.sawQuarantine, "waiting for " + faultyNode + " to come back"
+		w.pollPods(ctx, env)
+		return w.phases[faultyNode] == string(gpuhealthv1alpha1.PhaseHealthy) && w.sawFault, "waiting for " + faultyNode + " to come back"
 	})
 	if err != nil {
 		return err
@@ -143,16 +144,16 @@ func run(dir string) error {
 The cluster, the operator and the monitors keep running. Look around:
 
   export KUBECONFIG=%s
-  kubectl get nodehealthevents          # what the monitors found (nhe)
-  kubectl get nodehealth                # where every node is (nh)
-  kubectl get nodehealth %s -o yaml     # its history
-  kubectl get jobs -n %s                # reboot and recertification Jobs
-  kubectl get pods -n ml -o wide        # where the training job runs now
-  kubectl describe node %s              # GPUHealthy condition and Events
+  kubectl get nodehealthevents            # what the monitors found (short name nhe)
+  kubectl get nodehealth                  # where every node is (nh)
+  kubectl get nodehealth %s -o yaml   # its history
+  kubectl get jobs -n %s      # the reboot and recertification Jobs
+  kubectl get pods -n ml -o wide          # where the training job runs now
+  kubectl describe node %s            # the GPUHealthy condition and the Events
 
-Inject another fault:   echo "xid device=0 code=48 at=@$(date +%%s)" >> %s
-Logs:                   %s/*.log, %s/<node>/monitor.log
-Remove everything:      make demo-down
+Inject another fault:  echo "xid device=0 code=48 at=@$(date +%%s)" >> %s
+Logs:                  %s/operator.log, %s/<node>/monitor.log
+Remove everything:     make demo-down
 `, env.Cluster.Kubeconfig, faultyNode, framework.Namespace, faultyNode, env.Monitors["gpu-node-2"].Scenario, dir, dir)
 	return nil
 }
@@ -188,7 +189,29 @@ type watcher struct {
 	c             client.Client
 	events        map[string]string
 	phases        map[string]string
-	sawQuarantine bool
+	sawFault      bool
+	pods          string
+}
+
+// pollPods prints where the training pods run when that changes.
+func (w *watcher) pollPods(ctx context.Context, env *framework.Env) {
+	pods, err := framework.PodsOf(ctx, env.Cluster, "ml", "llm-pretrain")
+	if err != nil {
+		return
+	}
+	var where []string
+	for _, n := range env.Nodes {
+		for _, p := range pods[n] {
+			where = append(where, fmt.Sprintf("%s (%s)", n, p.Status.Phase))
+		}
+	}
+	if pending := pods[""]; len(pending) > 0 {
+		where = append(where, fmt.Sprintf("%d unscheduled", len(pending)))
+	}
+	if s := strings.Join(where, ", "); s != w.pods {
+		w.pods = s
+		say("training pods on: %s", s)
+	}
 }
 
 func (w *watcher) poll(ctx context.Context) {
@@ -217,8 +240,8 @@ func (w *watcher) poll(ctx context.Context) {
 			if w.phases[nh.Name+"|"] != s {
 				w.phases[nh.Name+"|"] = s
 				w.phases[nh.Name] = p
-				if p == string(gpuhealthv1alpha1.PhaseQuarantined) {
-					w.sawQuarantine = true
+				if nh.Name == faultyNode && p != "" && p != string(gpuhealthv1alpha1.PhaseHealthy) {
+					w.sawFault = true
 				}
 				say("NodeHealth %s: %s (%s)", nh.Name, orDash(p), orDash(detail))
 			}
