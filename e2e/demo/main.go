@@ -186,11 +186,11 @@ func printPods(ctx context.Context, env *framework.Env) {
 
 // watcher prints each change of a NodeHealthEvent or a NodeHealth phase.
 type watcher struct {
-	c             client.Client
-	events        map[string]string
-	phases        map[string]string
-	sawFault      bool
-	pods          string
+	c        client.Client
+	events   map[string]string
+	phases   map[string]string
+	sawFault bool
+	pods     string
 }
 
 // pollPods prints where the training pods run when that changes.

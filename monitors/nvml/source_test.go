@@ -140,7 +140,9 @@ func TestFabricThatFallsBackIsAFindingAtOnce(t *testing.T) {
 	r, stop := run(t, twoGPUs+"fabric device=1 state=completed health=healthy\nfabric device=1 state=not_started at=300ms\nfabric device=1 state=completed health=limited_capacity at=1s\n",
 		&Source{FabricGrace: time.Hour})
 	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckFabric, uuid1, FabricNotStarted) }, 5*time.Second).ShouldNot(BeEmpty())
-	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckFabric, uuid1, FabricLimitedCapacity) }, 5*time.Second).ShouldNot(BeEmpty())
+	g.Eventually(func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckFabric, uuid1, FabricLimitedCapacity)
+	}, 5*time.Second).ShouldNot(BeEmpty())
 	notStarted := r.matching(gpuhealthv1alpha1.CheckFabric, uuid1, FabricNotStarted)
 	g.Expect(notStarted[len(notStarted)-1].Resolved).To(BeTrue(), "the old state resolves when the state changes")
 	g.Expect(r.matching(gpuhealthv1alpha1.CheckFabric, uuid1, FabricLimitedCapacity)[0].Severity).To(Equal(gpuhealthv1alpha1.SeverityDegraded))
