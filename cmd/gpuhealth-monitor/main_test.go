@@ -17,12 +17,12 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/hack/testenv"
 	"github.com/gpuhealth/gpuhealth/monitors/fakenvml"
 )
 
@@ -31,7 +31,6 @@ import (
 // apiserver (envtest) reached through a TCP proxy the test can cut.
 
 var (
-	testScheme = runtime.NewScheme()
 	admin      client.Client
 	binary     string
 	library    string
@@ -40,64 +39,45 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run 'make test', or export KUBEBUILDER_ASSETS=$(hack/controlplane.sh | tail -1)")
-		return 1
-	}
-	if err := gpuhealthv1alpha1.AddToScheme(testScheme); err != nil {
-		panic(err)
-	}
 	tmp, err := os.MkdirTemp("", "gpuhealth-monitor-test-")
 	if err != nil {
 		panic(err)
 	}
-	defer func() { _ = os.RemoveAll(tmp) }()
+	code := testenv.Main(m, func(e *testenv.Env) error { return setUp(e, tmp) })
+	_ = os.RemoveAll(tmp)
+	os.Exit(code)
+}
+
+// setUp builds the monitor and the fake NVML library into tmp and gives the
+// monitor processes an admin kubeconfig.
+func setUp(e *testenv.Env, tmp string) error {
 	binary = filepath.Join(tmp, "gpuhealth-monitor")
 	if out, err := exec.Command("go", "build", "-o", binary, "github.com/gpuhealth/gpuhealth/cmd/gpuhealth-monitor").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building gpuhealth-monitor: %v\n%s\n", err, out)
-		return 1
+		return fmt.Errorf("building gpuhealth-monitor: %w\n%s", err, out)
 	}
+	var err error
 	if library, err = fakenvml.Build(tmp); err != nil {
-		fmt.Fprintf(os.Stderr, "building the fake NVML library: %v\n", err)
-		return 1
+		return fmt.Errorf("building the fake NVML library: %w", err)
 	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                testScheme,
-	}
-	cfg, err := env.Start()
+	admin = e.Client
+	user, err := e.Environment.AddUser(envtest.User{Name: "monitor-test", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if admin, err = client.New(cfg, client.Options{Scheme: testScheme}); err != nil {
-		fmt.Fprintf(os.Stderr, "creating client: %v\n", err)
-		return 1
-	}
-	user, err := env.AddUser(envtest.User{Name: "monitor-test", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "adding a user: %v\n", err)
-		return 1
+		return fmt.Errorf("adding a user: %w", err)
 	}
 	if kubeconfig, err = user.KubeConfig(); err != nil {
-		fmt.Fprintf(os.Stderr, "writing a kubeconfig: %v\n", err)
-		return 1
+		return fmt.Errorf("writing a kubeconfig: %w", err)
 	}
-	u, err := url.Parse(cfg.Host)
-	if err != nil || u.Host == "" {
-		fmt.Fprintf(os.Stderr, "parsing the apiserver address %q: %v\n", cfg.Host, err)
-		return 1
+	u, err := url.Parse(e.Config.Host)
+	if err != nil {
+		return fmt.Errorf("parsing the apiserver address %q: %w", e.Config.Host, err)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("the apiserver address %q has no host", e.Config.Host)
 	}
 	apiAddr = u.Host
 	SetDefaultEventuallyTimeout(20 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
-	return m.Run()
+	return nil
 }
 
 // proxy forwards TCP connections to the apiserver until it is cut; it can be

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -19,14 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/hack/testenv"
 )
 
 // The suite runs a real kube-apiserver and etcd (envtest) with the CRDs from
@@ -35,13 +32,13 @@ import (
 // service-account tokens from the TokenRequest API, bound to Pods on two
 // Nodes, and sent without the admin's client certificate.
 var (
-	testScheme     = runtime.NewScheme()
+	testScheme     *runtime.Scheme
 	testEnv        *envtest.Environment
 	adminConfig    *rest.Config
 	admin          client.Client
 	adminClientset kubernetes.Interface
 
-	// The identities the tests act as, set by runSuite.
+	// The identities the tests act as, set by TestMain.
 	monitorA         *identity // gpuhealth-monitor, token bound to a Pod on node-a
 	monitorB         *identity // gpuhealth-monitor, token bound to a Pod on node-b
 	monitorUnbound   *identity // gpuhealth-monitor, token bound to no Pod
@@ -71,41 +68,10 @@ type identity struct {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run 'make test', or export KUBEBUILDER_ASSETS=$(hack/controlplane.sh | tail -1)")
-		return 1
-	}
-	ctrl.SetLogger(logr.Discard())
-	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
-		panic(err)
-	}
-	if err := gpuhealthv1alpha1.AddToScheme(testScheme); err != nil {
-		panic(err)
-	}
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "crd")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                testScheme,
-	}
-	cfg, err := testEnv.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := testEnv.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-		}
-	}()
-	if err := setUp(context.Background(), cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "setting up: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testenv.Main(m, func(e *testenv.Env) error {
+		testScheme, testEnv = e.Scheme, e.Environment
+		return setUp(context.Background(), e.Config)
+	}))
 }
 
 // setUp installs the manifests and builds the identities the tests act as.

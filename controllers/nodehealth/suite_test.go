@@ -2,7 +2,6 @@ package nodehealth
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -28,57 +25,27 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/hack/testenv"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
 var (
-	testScheme = runtime.NewScheme()
+	testScheme *runtime.Scheme
 	k8sClient  client.Client
 	testEnv    *envtest.Environment
 )
 
 const jobNamespace = "gpuhealth-system"
 
+// TestMain starts the control plane with gpuhealth's CRDs and our own
+// ComputeDomain test CRDs (computedomain/testdata).
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run 'make test', or export KUBEBUILDER_ASSETS=$(hack/controlplane.sh | tail -1)")
-		return 1
-	}
-	ctrl.SetLogger(logr.Discard())
-	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
-		panic(err)
-	}
-	if err := gpuhealthv1alpha1.AddToScheme(testScheme); err != nil {
-		panic(err)
-	}
-	testEnv = &envtest.Environment{
-		// Our own ComputeDomain test CRDs (computedomain/testdata) next to gpuhealth's.
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd"), filepath.Join("..", "computedomain", "testdata", "crd")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                testScheme,
-	}
-	cfg, err := testEnv.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
-		return 1
-	}
-	defer func() { _ = testEnv.Stop() }()
-	if k8sClient, err = client.New(cfg, client.Options{Scheme: testScheme}); err != nil {
-		fmt.Fprintf(os.Stderr, "creating client: %v\n", err)
-		return 1
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobNamespace}}
-	if err := k8sClient.Create(context.Background(), ns); err != nil {
-		fmt.Fprintf(os.Stderr, "creating namespace: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testenv.Main(m, func(e *testenv.Env) error {
+		testScheme, k8sClient, testEnv = e.Scheme, e.Client, e.Environment
+		return k8sClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobNamespace}})
+	}, filepath.Join("..", "computedomain", "testdata", "crd")))
 }
 
 // harness is one test's reconciler with a fake clock and recorder, driven

@@ -1,66 +1,36 @@
 package pipeline
 
 import (
-	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/hack/testenv"
 )
 
 var (
-	testScheme = runtime.NewScheme()
+	testScheme *runtime.Scheme
 	restConfig *rest.Config
 	// admin is a client with the envtest admin's rights, for assertions.
 	admin client.Client
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run 'make test', or export KUBEBUILDER_ASSETS=$(hack/controlplane.sh | tail -1)")
-		return 1
-	}
-	ctrl.SetLogger(logr.Discard())
-	if err := gpuhealthv1alpha1.AddToScheme(testScheme); err != nil {
-		panic(err)
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                testScheme,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	restConfig = cfg
-	if admin, err = client.New(cfg, client.Options{Scheme: testScheme}); err != nil {
-		fmt.Fprintf(os.Stderr, "creating client: %v\n", err)
-		return 1
-	}
-	// The machine is shared with builds: be patient, but bounded.
-	SetDefaultEventuallyTimeout(10 * time.Second)
-	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
-	return m.Run()
+	os.Exit(testenv.Main(m, func(e *testenv.Env) error {
+		testScheme, restConfig, admin = e.Scheme, e.Config, e.Client
+		// The machine is shared with builds: be patient, but bounded.
+		SetDefaultEventuallyTimeout(10 * time.Second)
+		SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
+		return nil
+	}))
 }
 
 // countingClient returns a client whose writes (anything but GET) are counted.
