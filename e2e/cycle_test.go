@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -210,19 +211,34 @@ func TestBudgetDrainsOneAtATime(t *testing.T) {
 	// Healthy, and tracks the most that were out (Draining or Recertifying)
 	// at once.
 	observe := func(g Gomega) (cordoned, back int) {
+		// One List of each kind: a consistent snapshot (node-by-node reads
+		// could see one node still Recertifying and, a moment later, the
+		// next already Draining).
+		var nhs gpuhealthv1alpha1.NodeHealthList
+		g.Expect(env.Cluster.Client.List(ctx, &nhs)).To(Succeed())
+		var ns corev1.NodeList
+		g.Expect(env.Cluster.Client.List(ctx, &ns)).To(Succeed())
+		unschedulable := map[string]bool{}
+		for _, n := range ns.Items {
+			unschedulable[n.Name] = n.Spec.Unschedulable
+		}
 		out := 0
-		for _, n := range nodes {
-			p, unschedulable := phase(n)(g), node(g, n).Spec.Unschedulable
-			switch {
+		for _, nh := range nhs.Items {
+			if !slices.Contains(nodes, nh.Name) {
+				continue
+			}
+			switch p := nh.Status.Phase; {
 			case p == gpuhealthv1alpha1.PhaseDraining || p == gpuhealthv1alpha1.PhaseRecertifying:
 				out++
-			case p == gpuhealthv1alpha1.PhaseHealthy && !unschedulable:
+			case p == gpuhealthv1alpha1.PhaseHealthy && !unschedulable[nh.Name]:
 				// Back in service. (Right after the fence a node is
 				// cordoned while its NodeHealth still says Healthy: the
 				// cordon is written first, the bookkeeping after.)
 				back++
 			}
-			if unschedulable {
+		}
+		for _, n := range nodes {
+			if unschedulable[n] {
 				cordoned++
 			}
 		}

@@ -76,7 +76,8 @@ func run(samples, storm int, idle time.Duration) error {
 	defer func() { _ = os.RemoveAll(tmp) }()
 	bin := filepath.Join(tmp, "gpuhealth-monitor")
 	fmt.Fprintln(os.Stderr, "building gpuhealth-monitor and the fake NVML library")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/gpuhealth-monitor").CombinedOutput(); err != nil {
+	// Built as the Dockerfile builds it: what runs on the nodes.
+	if out, err := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/gpuhealth-monitor").CombinedOutput(); err != nil {
 		return fmt.Errorf("building: %w\n%s", err, out)
 	}
 	lib, err := fakenvml.Build(tmp)
