@@ -15,13 +15,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	ctrl "sigs.k8s.io/controller-runtime"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/monitors/agent"
@@ -48,8 +50,8 @@ func run() int {
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
-	log := ctrl.Log.WithName("monitor")
+	crlog.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := crlog.Log.WithName("monitor")
 
 	cfg := agent.Config{}
 	if configPath != "" {
@@ -76,7 +78,7 @@ func run() int {
 		return 1
 	}
 
-	restConfig, err := ctrl.GetConfig()
+	restConfig, err := crconfig.GetConfig()
 	if err != nil {
 		log.Error(err, "Loading the kubeconfig failed")
 		return 1
@@ -93,7 +95,7 @@ func run() int {
 		return 1
 	}
 
-	ctx := ctrl.SetupSignalHandler()
+	ctx := signals.SetupSignalHandler()
 	m, err := agent.New(ctx, cfg, restConfig, scheme, log)
 	if err != nil {
 		log.Error(err, "Starting the monitor failed")
@@ -117,7 +119,7 @@ func serve(ctx context.Context, cfg agent.Config, m *agent.Monitor, log logr.Log
 	servers := map[string]http.Handler{}
 	if addr := or(cfg.MetricsAddr, ":8080"); addr != "0" {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(crmetrics.Registry, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
 		servers[addr] = mux
 	}
 	health := http.NewServeMux()

@@ -10,8 +10,8 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
+	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/gpuhealth/gpuhealth/monitors"
 )
@@ -37,7 +37,7 @@ var sourceUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 }, []string{"source"})
 
 func init() {
-	crmetrics.Registry.MustRegister(sourceUp)
+	metrics.Registry.MustRegister(sourceUp)
 }
 
 // Agent runs sources and reports their findings.

@@ -1,8 +1,8 @@
 package dcgm
 
 import (
+	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // labelKind is the policy violation kind label: xid, nvlink or other.
@@ -30,5 +30,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(policyViolations, droppedViolations, pollErrors)
+	metrics.Registry.MustRegister(policyViolations, droppedViolations, pollErrors)
 }

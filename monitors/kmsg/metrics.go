@@ -1,8 +1,8 @@
 package kmsg
 
 import (
+	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 const labelResult = "result"

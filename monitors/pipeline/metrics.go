@@ -1,8 +1,8 @@
 package pipeline
 
 import (
+	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Label names.
@@ -62,5 +62,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(findingsTotal, droppedTotal, heldTotal, publishLatency, publishErrors, writesTotal, spoolRecords)
+	metrics.Registry.MustRegister(findingsTotal, droppedTotal, heldTotal, publishLatency, publishErrors, writesTotal, spoolRecords)
 }
