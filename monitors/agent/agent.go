@@ -10,10 +10,10 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
-	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuhealth/gpuhealth/monitors"
+	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 )
 
 // State is what the agent knows about one source.

@@ -1,8 +1,9 @@
 package dcgm
 
 import (
-	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 )
 
 // labelKind is the policy violation kind label: xid, nvlink or other.

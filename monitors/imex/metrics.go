@@ -1,8 +1,9 @@
 package imex
 
 import (
-	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 )
 
 const labelResult = "result"
