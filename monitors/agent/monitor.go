@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gpuhealth/gpuhealth/monitors"
 	"github.com/gpuhealth/gpuhealth/monitors/pipeline"
 	"github.com/gpuhealth/gpuhealth/monitors/spool"
 )
@@ -161,5 +160,3 @@ func (m *Monitor) Pending() int { return m.pipeline.Pending() }
 
 // States returns each source's state.
 func (m *Monitor) States() map[string]State { return m.agent.States() }
-
-var _ = monitors.ErrUnavailable

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -424,6 +423,3 @@ func (p *Pipeline) publish(ctx context.Context, name string) {
 		spoolRecords.Set(float64(p.opts.Spool.Len()))
 	}
 }
-
-// String is for logs.
-func (p *Pipeline) String() string { return fmt.Sprintf("pipeline for node %s", p.opts.NodeName) }
