@@ -164,6 +164,7 @@ type node struct {
 	metrics  string
 	cmd      *exec.Cmd
 	log      *os.File
+	starts   int
 }
 
 const (
@@ -221,6 +222,14 @@ func (n *node) start() {
 		n.t.Fatal(err)
 	}
 	NewWithT(n.t).Eventually(func() error { return get("http://" + n.health + "/readyz") }).Should(Succeed())
+	// Ready means the agent runs, not that NVML is initialised yet; an XID
+	// injected before the fake library loads is older than its start and
+	// (like a real XID from before the event set existed) never delivered.
+	n.starts++
+	NewWithT(n.t).Eventually(func() int {
+		b, _ := os.ReadFile(filepath.Join(n.dir, "monitor.log"))
+		return strings.Count(string(b), "Watching GPUs through NVML")
+	}).Should(Equal(n.starts), "the nvml source is watching")
 }
 
 // stop ends the monitor with SIGTERM, as the kubelet does.
@@ -284,7 +293,9 @@ func (n *node) spooled() int {
 func TestMonitorProcess(t *testing.T) {
 	g := NewWithT(t)
 	p := newProxy(t, apiAddr)
-	n := newNode(t, "gpu-node-1", p.addr)
+	// A fresh node name per run, so that -count=N does not meet the events
+	// of the previous run on the shared apiserver.
+	n := newNode(t, fmt.Sprintf("gpu-node-%d", time.Now().UnixNano()%1_000_000), p.addr)
 	n.start()
 
 	t.Run("an injected XID 79 becomes a Fatal event about the right GPU", func(t *testing.T) {
@@ -293,7 +304,7 @@ func TestMonitorProcess(t *testing.T) {
 		g.Eventually(n.event(gpuhealthv1alpha1.CheckXID, gpu0, "79")).Should(WithTransform(
 			func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(1))))
 		e := n.event(gpuhealthv1alpha1.CheckXID, gpu0, "79")(g)
-		g.Expect(e.Spec.NodeName).To(Equal("gpu-node-1"))
+		g.Expect(e.Spec.NodeName).To(Equal(n.name))
 		g.Expect(e.Spec.Component).To(Equal(gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: gpu0}))
 		g.Expect(e.Spec.Severity).To(Equal(gpuhealthv1alpha1.SeverityFatal))
 		g.Expect(e.Spec.RecommendedAction).To(Equal(gpuhealthv1alpha1.ActionRebootNode))
@@ -323,7 +334,12 @@ func TestMonitorProcess(t *testing.T) {
 		g := NewWithT(t)
 		p.cut()
 		n.inject(fmt.Sprintf("xid device=1 code=48 at=%s", fakenvml.At(time.Now())))
-		g.Eventually(n.spooled).Should(BeNumerically(">=", 1), "the finding waits in the spool")
+		// Wait for this finding's own record: another one (a status patch
+		// the cut interrupted) may be spooled already, and stopping before
+		// the XID is read would lose it for a reason the test is not about.
+		record := filepath.Join(n.dir, "spool",
+			gpuhealthv1alpha1.EventName(n.name, gpuhealthv1alpha1.SourceNVML, gpuhealthv1alpha1.CheckXID, gpu1, "48")+".json")
+		g.Eventually(record).Should(BeAnExistingFile(), "the finding waits in the spool")
 		n.stop()
 		n.start()
 		p.restore(t)
