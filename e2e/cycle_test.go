@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -153,7 +154,9 @@ func TestMonitorRestartDuringOutage(t *testing.T) {
 	restart, err := env.Cluster.StopAPIServer(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	injectXID(t, n, 1, 13)
-	g.Eventually(func() int { return spooled(n) }).Should(BeNumerically(">=", 1), "the finding waits in the spool")
+	record := filepath.Join(env.Monitors[n].SpoolDir, gpuhealthv1alpha1.EventName(n, gpuhealthv1alpha1.SourceNVML,
+		gpuhealthv1alpha1.CheckXID, framework.GPUUUID(4, 1), "13")+".json")
+	g.Eventually(record).Should(BeAnExistingFile(), "the finding waits in the spool")
 	m := env.Monitors[n]
 	m.Stop()
 	g.Expect(m.Start(ctx)).To(Succeed())
