@@ -12,14 +12,21 @@ import (
 // selector that does not parse selects none, so a bad policy never takes
 // every node.
 func (p *RemediationPolicy) Selects(nodeLabels map[string]string) bool {
+	return p.Selector().Matches(labels.Set(nodeLabels))
+}
+
+// Selector is the policy's nodeSelector compiled once, for matching many
+// nodes: everything for a nil selector, nothing for one that does not
+// parse (see Selects).
+func (p *RemediationPolicy) Selector() labels.Selector {
 	if p.Spec.NodeSelector == nil {
-		return true
+		return labels.Everything()
 	}
 	sel, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
 	if err != nil {
-		return false
+		return labels.Nothing()
 	}
-	return sel.Matches(labels.Set(nodeLabels))
+	return sel
 }
 
 // ManagingPolicy returns the policy that manages a node with these labels:

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"go.uber.org/zap/zapcore"
 	batchv1 "k8s.io/api/batch/v1"
@@ -43,17 +44,23 @@ func run() error {
 	var (
 		metricsAddr    string
 		probeAddr      string
+		pprofAddr      string
 		leaderElect    bool
 		namespace      string
 		workers        int
 		leaderElection string
+		stormQuiet     time.Duration
+		stormHoldMax   time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address Go's pprof endpoints bind to, for profiling; \"0\" (the default) turns them off.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica acts at a time.")
 	flag.StringVar(&leaderElection, "leader-election-id", "gpuhealth-operator.gpuhealth.dev", "Name of the leader election Lease.")
 	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "gpuhealth-system"), "Namespace of the leader election Lease and of recertification and remediation Jobs.")
 	flag.IntVar(&workers, "workers", 16, "Nodes reconciled in parallel.")
+	flag.DurationVar(&stormQuiet, "storm-quiet", 300*time.Millisecond, "In a storm of quarantines, write up fenced nodes (transition, node condition, Event) only once no node has been fenced for this long; 0 writes each up right after its fence.")
+	flag.DurationVar(&stormHoldMax, "storm-hold-max", 10*time.Second, "The longest a fenced node's write-up waits for a storm to pass.")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -74,6 +81,7 @@ func run() error {
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        probeAddr,
+		PprofBindAddress:              pprofAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              leaderElection,
 		LeaderElectionNamespace:       namespace,
@@ -88,7 +96,7 @@ func run() error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := setup(ctx, mgr, namespace, workers); err != nil {
+	if err := setup(ctx, mgr, namespace, workers, stormQuiet, stormHoldMax); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -103,7 +111,7 @@ func run() error {
 
 // setup is the composition root: it builds the clock, recorder and drainer
 // and hands them to the controllers.
-func setup(ctx context.Context, mgr ctrl.Manager, namespace string, workers int) error {
+func setup(ctx context.Context, mgr ctrl.Manager, namespace string, workers int, stormQuiet, stormHoldMax time.Duration) error {
 	clk := clock.RealClock{}
 	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 	if err != nil {
@@ -126,6 +134,8 @@ func setup(ctx context.Context, mgr ctrl.Manager, namespace string, workers int)
 		Namespace:               namespace,
 		ComputeDomains:          view,
 		MaxConcurrentReconciles: workers,
+		StormQuiet:              stormQuiet,
+		StormHoldMax:            stormHoldMax,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the nodehealth controller: %w", err)

@@ -69,8 +69,11 @@ const (
 	// jobRecheck bounds the wait for a Job; Job updates enqueue the node sooner.
 	jobRecheck = time.Minute
 	// fencedPriority is the workqueue priority of the bookkeeping pass after
-	// a fence: below fresh work (0), so a storm's fences go first.
-	fencedPriority = -10
+	// a fence: below fresh work (0), so a storm's fences go first, and below
+	// the initial list after a start (handler.LowPriority), so a restarted
+	// operator fences every node with a waiting finding before it writes any
+	// of them up.
+	fencedPriority = handler.LowPriority - 10
 	// conflictRetry is the wait after an optimistic-lock conflict.
 	conflictRetry = time.Second
 )
@@ -101,15 +104,34 @@ type Reconciler struct {
 	// (evictions for many nodes proceed at once). Zero means 16.
 	MaxConcurrentReconciles int
 
+	// StormQuiet, when set, holds the bookkeeping after a fence while other
+	// nodes are still being fenced, until none has been for this long (at
+	// most StormHoldMax after the node's own fence), so that in a storm the
+	// apiserver's writes go to fences first. Zero: bookkeeping follows each
+	// fence at once, at a lower workqueue priority.
+	StormQuiet time.Duration
+	// StormHoldMax bounds that hold per node. Zero means 10 s.
+	StormHoldMax time.Duration
+
 	// budgetMu serialises budget decisions within this process (the
 	// operator is leader-elected, so this process is the only one deciding).
-	budgetMu sync.Mutex
+	budgetMu   sync.Mutex
+	storm      *stormGate
+	fleetCache *fleetCache
 }
 
 // SetupWithManager registers the indexes and watches.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil || r.APIReader == nil || r.Clock == nil || r.Recorder == nil || r.Drainer == nil || r.Breaker == nil || r.Namespace == "" {
 		return errors.New("nodehealth.Reconciler needs Client, APIReader, Clock, Recorder, Drainer, Breaker and Namespace")
+	}
+	r.storm = &stormGate{quiet: r.StormQuiet, maxHold: r.StormHoldMax}
+	if r.storm.maxHold <= 0 {
+		r.storm.maxHold = 10 * time.Second
+	}
+	r.fleetCache = &fleetCache{}
+	if err := r.fleetCache.watch(ctx, mgr); err != nil {
+		return err
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &gpuhealthv1alpha1.NodeHealthEvent{}, EventNodeIndex, func(o client.Object) []string {
 		return []string{o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}
@@ -220,6 +242,9 @@ func usesBudget(nh *gpuhealthv1alpha1.NodeHealth) bool {
 
 // budgetFreedToWaiting wakes the nodes waiting for a budget.
 func (r *Reconciler) budgetFreedToWaiting(ctx context.Context, _ client.Object) []ctrl.Request {
+	// The woken nodes must count without the node that left, even if the
+	// fleet cache's own handler has not run yet.
+	r.fleetCache.changed()
 	list := &gpuhealthv1alpha1.NodeHealthList{}
 	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "Listing nodehealths to wake nodes waiting for a budget")
@@ -297,6 +322,9 @@ type scope struct {
 	// fenceOnly is set when this pass only fenced the node; its status and
 	// findings are written by the next pass.
 	fenceOnly bool
+	// hold is how long the bookkeeping after a fence waits for a storm of
+	// fences to pass (with fenceOnly); zero: it follows at once.
+	hold time.Duration
 	// unwritten are transitions made in memory and not yet written; they are
 	// counted in the metrics once the status write succeeds.
 	unwritten []recordedTransition
@@ -387,7 +415,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}()
 	defer func() {
 		if s.fenceOnly && reterr == nil {
-			result = ctrl.Result{RequeueAfter: time.Millisecond, Priority: ptr.To(fencedPriority)}
+			result = ctrl.Result{RequeueAfter: max(s.hold, time.Millisecond), Priority: ptr.To(fencedPriority)}
 			return
 		}
 		reterr = errors.Join(reterr, r.flushEvents(ctx, s))
@@ -506,10 +534,6 @@ func (r *Reconciler) policyFor(ctx context.Context, node *corev1.Node) (*gpuheal
 		return nil, fmt.Errorf("listing remediation policies: %w", err)
 	}
 	return gpuhealthv1alpha1.ManagingPolicy(list.Items, node.Labels), nil
-}
-
-func selects(p *gpuhealthv1alpha1.RemediationPolicy, node *corev1.Node) bool {
-	return p.Selects(node.Labels)
 }
 
 // ensureNodeHealth returns the node's NodeHealth, creating it owned by the

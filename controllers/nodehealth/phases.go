@@ -81,8 +81,17 @@ func (r *Reconciler) reconcileHealthy(ctx context.Context, s *scope) error {
 			return err
 		}
 		log.FromContext(ctx).Info("Fenced node", "reason", reason, "findings", message)
+		r.storm.fenced(s.node.Name)
 		s.fenceOnly = true
 		return nil
+	}
+	if fenced {
+		// The bookkeeping pass after our fence: while other nodes are still
+		// being fenced, it waits (see stormGate).
+		if d := r.storm.hold(s.node.Name); d > 0 {
+			s.fenceOnly, s.hold = true, d
+			return nil
+		}
 	}
 	if err := r.transition(ctx, s, fsm.Quarantine, reason, message, ""); err != nil {
 		return err
@@ -158,13 +167,13 @@ func (r *Reconciler) reconcileQuarantined(ctx context.Context, s *scope, before 
 // apiserver and the status written inside one lock, so two nodes never take
 // the last slot together.
 func (r *Reconciler) startDrain(ctx context.Context, s *scope, before **gpuhealthv1alpha1.NodeHealth) error {
-	if ds, blocked, err := r.budgets(ctx, s, r.Client); err != nil || len(blocked) > 0 {
+	if ds, blocked, err := r.budgets(ctx, s, false); err != nil || len(blocked) > 0 {
 		r.waitForBudget(s, ds, blocked, err)
 		return nil
 	}
 	r.budgetMu.Lock()
 	defer r.budgetMu.Unlock()
-	ds, blocked, err := r.budgets(ctx, s, r.APIReader)
+	ds, blocked, err := r.budgets(ctx, s, true)
 	if err != nil || len(blocked) > 0 {
 		r.waitForBudget(s, ds, blocked, err)
 		return nil
@@ -218,23 +227,28 @@ func (r *Reconciler) waitForBudget(s *scope, ds []budget.Decision, blocked []int
 	s.wait(budgetRecheck)
 }
 
-// budgets counts, through reader, the nodes draining or recertifying
-// against every budget that applies to the node: maxUnavailable over the
-// policy's managed nodes, maxUnavailablePerComputeDomain over its domain's
-// members and maxUnavailablePerClique over its NVLink clique. It returns
-// the decisions and the indexes of those without room.
-func (r *Reconciler) budgets(ctx context.Context, s *scope, reader client.Reader) ([]budget.Decision, []int, error) {
-	managed, err := r.managedNodes(ctx, s.policy)
+// budgets counts the nodes draining or recertifying against every budget
+// that applies to the node: maxUnavailable over the policy's managed nodes,
+// maxUnavailablePerComputeDomain over its domain's members and
+// maxUnavailablePerClique over its NVLink clique. The NodeHealths are read
+// from the cache's fleet snapshot, or from the apiserver when
+// fromAPIServer. It returns the decisions and the indexes of those without
+// room.
+func (r *Reconciler) budgets(ctx context.Context, s *scope, fromAPIServer bool) ([]budget.Decision, []int, error) {
+	managed, nhs, err := r.fleet(ctx, s.policy)
 	if err != nil {
 		return nil, nil, err
 	}
-	list := &gpuhealthv1alpha1.NodeHealthList{}
-	if err := reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, fmt.Errorf("listing nodehealths: %w", err)
+	if fromAPIServer {
+		list := &gpuhealthv1alpha1.NodeHealthList{}
+		if err := r.APIReader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, nil, fmt.Errorf("listing nodehealths: %w", err)
+		}
+		nhs = list.Items
 	}
 	consuming := 0
-	for i := range list.Items {
-		nh := &list.Items[i]
+	for i := range nhs {
+		nh := &nhs[i]
 		if _, ok := managed[nh.Name]; ok && nh.Name != s.nh.Name && usesBudget(nh) {
 			consuming++
 		}
@@ -244,7 +258,7 @@ func (r *Reconciler) budgets(ctx context.Context, s *scope, reader client.Reader
 	if err != nil {
 		return ds, nil, err
 	}
-	domain, err := r.domainBudgets(s, list.Items, managed)
+	domain, err := r.domainBudgets(s, nhs, managed)
 	ds = append(ds, domain...)
 	if err != nil {
 		return ds, nil, err
@@ -261,15 +275,15 @@ func (r *Reconciler) budgets(ctx context.Context, s *scope, reader client.Reader
 // managedNodes returns the labels of the nodes the policy selects, by
 // name, read from the cache without copies (read-only).
 func (r *Reconciler) managedNodes(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (map[string]map[string]string, error) {
+	// The selector is compiled once and applied by the cache, so only the
+	// selected nodes are copied into the list.
 	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: p.Selector()}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	managed := make(map[string]map[string]string, len(nodes.Items))
 	for i := range nodes.Items {
-		if selects(p, &nodes.Items[i]) {
-			managed[nodes.Items[i].Name] = nodes.Items[i].Labels
-		}
+		managed[nodes.Items[i].Name] = nodes.Items[i].Labels
 	}
 	return managed, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -46,11 +48,40 @@ type Reconciler struct {
 	Client client.Client
 	// Clock stamps conditions.
 	Clock clock.PassiveClock
+	// MinInterval is the least wall-clock time between two counts of one
+	// policy: in a storm every transition would otherwise re-count every
+	// node, and the changes in between fold into the next count. Zero means
+	// one second.
+	MinInterval time.Duration
+
+	mu      sync.Mutex
+	counted map[string]time.Time
+}
+
+// throttle returns how long the count of a policy waits; zero when it may
+// go ahead now, which it records.
+func (r *Reconciler) throttle(name string) time.Duration {
+	interval := r.MinInterval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if wait := interval - now.Sub(r.counted[name]); wait > 0 {
+		return wait
+	}
+	if r.counted == nil {
+		r.counted = map[string]time.Time{}
+	}
+	r.counted[name] = now
+	return 0
 }
 
 // SetupWithManager registers the watches. A NodeHealth phase change or a
 // node label change re-counts every policy; there are few policies, and the
-// workqueue folds a storm of changes into one count per policy.
+// workqueue and MinInterval fold a storm of changes into one count per
+// policy a second.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil || r.Clock == nil {
 		return errors.New("policy.Reconciler needs Client and Clock")
@@ -86,6 +117,9 @@ func (r *Reconciler) allPolicies(ctx context.Context, _ client.Object) []ctrl.Re
 
 // Reconcile counts the policy's nodes and patches its status when the counts changed.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if wait := r.throttle(req.Name); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	p := &gpuhealthv1alpha1.RemediationPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -69,3 +69,13 @@ func TestCountsByPhase(t *testing.T) {
 	g.Expect(got.Status.Conditions).To(ContainElement(HaveField("Reason", ReasonValid)))
 	g.Expect(got.Status.CircuitBreaker.State).To(Equal(gpuhealthv1alpha1.BreakerOpen), "the breaker's state is not ours to write")
 }
+
+func TestCountsAtMostOncePerInterval(t *testing.T) {
+	g := NewWithT(t)
+	r := &Reconciler{MinInterval: time.Hour}
+	g.Expect(r.throttle("a")).To(BeZero(), "the first count goes ahead")
+	g.Expect(r.throttle("a")).To(BeNumerically(">", 59*time.Minute), "the next waits out the interval")
+	g.Expect(r.throttle("b")).To(BeZero(), "per policy")
+	r.counted["a"] = time.Now().Add(-time.Hour)
+	g.Expect(r.throttle("a")).To(BeZero(), "after the interval it goes ahead again")
+}

@@ -58,6 +58,8 @@ type options struct {
 	build           bool
 	controlPlane    string
 	keep            bool
+	backlog         bool
+	operatorArgs    string
 }
 
 func main() {
@@ -71,6 +73,8 @@ func main() {
 	flag.StringVar(&o.operatorBin, "operator", "_output/bin/gpuhealth-operator", "Operator binary, relative to the repository root.")
 	flag.BoolVar(&o.build, "build", true, "Run 'make build-operator' first (a no-op when the binary is up to date).")
 	flag.StringVar(&o.controlPlane, "controlplane", "", "Directory of kwokctl, kwok, etcd and kube-* binaries (default: the last line of hack/controlplane.sh).")
+	flag.StringVar(&o.operatorArgs, "operator-args", "", "Extra flags for the operator, space-separated (e.g. \"--storm-quiet=0\" to compare a setting side by side).")
+	flag.BoolVar(&o.backlog, "backlog", true, "Also measure the backlog case on N fresh nodes: N events created with the operator stopped, then the operator started.")
 	flag.BoolVar(&o.keep, "keep", false, "Leave the cluster running at the end (for debugging; delete it with kwokctl delete cluster --name NAME).")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: go run ./hack/bench [flags]\n\nCordon-speed benchmark of gpuhealth-operator on a local kwok cluster.\n\n")
@@ -202,13 +206,21 @@ func run(sigCtx context.Context, o options) (err error) {
 	if err := h.createPolicy(ctx); err != nil {
 		return err
 	}
-	op, err := startOperator(ctx, cancel, h, operatorBin, o.operatorWorkers)
+	startOp := func() (*operator, error) {
+		op, err := startOperator(ctx, cancel, h, operatorBin, o.operatorWorkers, strings.Fields(o.operatorArgs))
+		if err != nil {
+			return nil, err
+		}
+		cleanups = append(cleanups, op.stop)
+		res.OperatorLog = op.logPath
+		logf("operator started (pid %d, log %s)", op.cmd.Process.Pid, op.logPath)
+		return op, nil
+	}
+	op, err := startOp()
 	if err != nil {
 		return err
 	}
-	cleanups = append(cleanups, op.stop)
-	res.OperatorLog = op.logPath
-	logf("operator started (pid %d, log %s); waiting for %d NodeHealths Healthy", op.cmd.Process.Pid, op.logPath, len(nodes))
+	logf("waiting for %d NodeHealths Healthy", len(nodes))
 	if err := op.waitReady(ctx, o.timeout); err != nil {
 		return err
 	}
@@ -224,13 +236,15 @@ func run(sigCtx context.Context, o options) (err error) {
 	logf("burst: %d nodes cordoned in %s (%.2fx raw)", len(nodes), res.Operator.Round(time.Millisecond), res.ratio())
 
 	// 4. Single-event latency on fresh nodes.
+	used := nodes
 	if o.latencySamples > 0 {
 		logf("latency: adding %d fresh nodes", o.latencySamples)
-		fresh, err := h.addNodes(ctx, o.nodes+o.latencySamples)
+		all, err := h.addNodes(ctx, len(used)+o.latencySamples)
 		if err != nil {
 			return err
 		}
-		fresh = without(fresh, nodes)
+		fresh := without(all, used)
+		used = all
 		if len(fresh) != o.latencySamples {
 			return fmt.Errorf("latency: expected %d fresh nodes, found %d", o.latencySamples, len(fresh))
 		}
@@ -248,8 +262,30 @@ func run(sigCtx context.Context, o options) (err error) {
 		logf("latency samples in order, ms: %s", strings.Join(ms, " "))
 	}
 
+	// 5. The backlog: N events waiting when the operator starts.
+	if o.backlog {
+		logf("backlog: adding %d fresh nodes", o.nodes)
+		all, err := h.addNodes(ctx, len(used)+o.nodes)
+		if err != nil {
+			return err
+		}
+		fresh := without(all, used)
+		if err := h.waitPhase(ctx, fresh, phaseHealthy); err != nil {
+			return err
+		}
+		first := op
+		stopFirst := func() {
+			first.stop()
+			res.addLogErrors(first)
+		}
+		if op, err = h.backlog(ctx, stopFirst, startOp, fresh, res); err != nil {
+			return err
+		}
+		logf("backlog: %d nodes cordoned %s after the operator started (%.2fx raw)", len(fresh), res.Backlog.Round(time.Millisecond), ratio(res.Backlog, res.Raw))
+	}
+
 	op.stop()
-	res.OperatorErrors, res.OperatorErrorSample, res.OperatorShutdownErrors = op.logErrors()
+	res.addLogErrors(op)
 	table := res.markdown()
 	fmt.Print(table)
 	if o.out != "" {

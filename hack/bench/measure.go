@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,19 +105,10 @@ func (h *harness) burst(ctx context.Context, op *operator, nodes []string, res *
 	if err := h.nodes.arm(nodes); err != nil {
 		return err
 	}
-	var creates atomic.Int64
 	start := time.Now()
-	err = parallel(ctx, len(nodes), h.o.workers, func(ctx context.Context, i int) error {
-		creates.Add(1)
-		if err := h.crc.Create(ctx, finding(nodes[i])); err != nil {
-			return fmt.Errorf("creating the event of %s: %w", nodes[i], err)
-		}
-		return nil
-	})
-	if err != nil {
+	if res.CreatesDone, err = h.createEvents(ctx, nodes); err != nil {
 		return fmt.Errorf("burst: %w", err)
 	}
-	res.CreatesDone = time.Since(start)
 	if err := h.waitCordoned(ctx, len(nodes)); err != nil {
 		return err
 	}
@@ -137,7 +127,7 @@ func (h *harness) burst(ctx context.Context, op *operator, nodes []string, res *
 		return err
 	}
 	res.Writes = apiAfter.minus(apiBefore)
-	res.HarnessCreates = creates.Load()
+	res.HarnessCreates = int64(len(nodes))
 	res.Writes.subtract(resKey{group: gpuhealthv1alpha1.GroupVersion.Group, resource: "nodehealthevents"}, "POST", float64(res.HarnessCreates))
 	res.Reads = readsAfter.minus(readsBefore)
 	res.OperatorWrites = opAfter.minus(opBefore)
@@ -193,4 +183,51 @@ func operatorWrites(ctx context.Context, op *operator) (reqCounts, error) {
 		return nil, err
 	}
 	return clientWriteCounts(b)
+}
+
+// createEvents creates one finding per node with the harness's workers and
+// returns when every create has returned.
+func (h *harness) createEvents(ctx context.Context, nodes []string) (time.Duration, error) {
+	start := time.Now()
+	err := parallel(ctx, len(nodes), h.o.workers, func(ctx context.Context, i int) error {
+		if err := h.crc.Create(ctx, finding(nodes[i])); err != nil {
+			return fmt.Errorf("creating the event of %s: %w", nodes[i], err)
+		}
+		return nil
+	})
+	return time.Since(start), err
+}
+
+// backlog measures the operator's own cordon throughput, apart from the
+// harness's creation rate: with the operator stopped, one event per node is
+// created (timed: the creates alone, with nothing else running), then a new
+// operator process starts, and the time from its start until the watch has
+// seen every node cordoned is the operator's — cache sync included. This is
+// also the real case of an operator restarting after an outage in which
+// many nodes failed.
+func (h *harness) backlog(ctx context.Context, stop func(), start func() (*operator, error), nodes []string, res *results) (*operator, error) {
+	stop()
+	if err := h.nodes.arm(nodes); err != nil {
+		return nil, err
+	}
+	var err error
+	if res.BacklogCreates, err = h.createEvents(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("backlog: %w", err)
+	}
+	logf("backlog: %d events created in %s with no operator running; starting the operator", len(nodes), res.BacklogCreates.Round(time.Millisecond))
+	begin := time.Now()
+	op, err := start()
+	if err != nil {
+		return nil, err
+	}
+	if err := h.waitCordoned(ctx, len(nodes)); err != nil {
+		return op, err
+	}
+	_, last := h.nodes.cordoned()
+	res.Backlog = last.Sub(begin)
+	if err := h.waitPhase(ctx, nodes, phaseQuarantined); err != nil {
+		return op, err
+	}
+	res.BacklogQuarantined = time.Since(begin)
+	return op, nil
 }

@@ -32,7 +32,7 @@ type operator struct {
 
 // startOperator starts the operator as the gpuhealth-operator service
 // account. Should it exit before stop, cancel ends the run with the reason.
-func startOperator(ctx context.Context, cancel context.CancelCauseFunc, h *harness, bin string, workers int) (*operator, error) {
+func startOperator(ctx context.Context, cancel context.CancelCauseFunc, h *harness, bin string, workers int, extra []string) (*operator, error) {
 	dir, err := os.MkdirTemp("", "gpuhealth-bench-")
 	if err != nil {
 		return nil, err
@@ -55,13 +55,15 @@ func startOperator(ctx context.Context, cancel context.CancelCauseFunc, h *harne
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin,
+	args := []string{
 		"--kubeconfig", kubeconfig,
 		"--namespace", operatorNamespace,
 		"--leader-elect=false",
 		"--metrics-bind-address", metricsAddr,
 		"--health-probe-bind-address", probeAddr,
-		"--workers", fmt.Sprint(workers))
+		"--workers", fmt.Sprint(workers),
+	}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "KUBECONFIG=") {

@@ -36,6 +36,12 @@ type results struct {
 	// Quarantined is when every NodeHealth was Quarantined.
 	Quarantined time.Duration
 
+	// BacklogCreates is the harness's time to create N events with no
+	// operator running; Backlog is a new operator process's start to the
+	// last of those N nodes seen cordoned, BacklogQuarantined to the last
+	// NodeHealth Quarantined.
+	BacklogCreates, Backlog, BacklogQuarantined time.Duration
+
 	// Writes are the apiserver's write counters over the burst, less the
 	// harness's own HarnessCreates event creates.
 	Writes         reqCounts
@@ -84,11 +90,13 @@ func (r *results) fillEnvironment(ctx context.Context, h *harness) {
 	}
 }
 
-func (r *results) ratio() float64 {
-	if r.Raw <= 0 {
+func (r *results) ratio() float64 { return ratio(r.Operator, r.Raw) }
+
+func ratio(d, raw time.Duration) float64 {
+	if raw <= 0 {
 		return math.NaN()
 	}
-	return float64(r.Operator) / float64(r.Raw)
+	return float64(d) / float64(raw)
 }
 
 func rate(n int, d time.Duration) string {
@@ -169,6 +177,15 @@ func (r *results) markdown() string {
 	p("| (harness's N event creates returned after) | %s | |", dur(r.CreatesDone))
 	p("| (every NodeHealth Quarantined after) | %s | |", dur(r.Quarantined))
 	p("")
+	if r.Backlog > 0 {
+		p("| Backlog: N events exist, then the operator starts (N fresh nodes) | Time | Nodes/s |")
+		p("|---|---:|---:|")
+		p("| Harness: N event creates alone, no operator running (the floor of the burst above) | %s | %s |", dur(r.BacklogCreates), rate(r.N, r.BacklogCreates))
+		p("| gpuhealth-operator: process start (cache sync included) → every node seen cordoned | %s | %s |", dur(r.Backlog), rate(r.N, r.Backlog))
+		p("| **Ratio operator / raw** | **%.2f×** | |", ratio(r.Backlog, r.Raw))
+		p("| (every NodeHealth Quarantined after) | %s | |", dur(r.BacklogQuarantined))
+		p("")
+	}
 	if len(r.Latency) > 0 {
 		s := append([]time.Duration(nil), r.Latency...)
 		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
@@ -233,4 +250,14 @@ func sortedKeys(c reqCounts) []resKey {
 		return keys[i].String() < keys[j].String()
 	})
 	return keys
+}
+
+// addLogErrors adds the error lines of one operator process's log.
+func (r *results) addLogErrors(op *operator) {
+	n, first, shutdown := op.logErrors()
+	r.OperatorErrors += n
+	r.OperatorShutdownErrors += shutdown
+	if r.OperatorErrorSample == "" {
+		r.OperatorErrorSample = first
+	}
 }
