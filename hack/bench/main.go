@@ -20,6 +20,11 @@
 //   - single-event latency: K fresh nodes are added at steady state and one
 //     event at a time is created for one of them; creation to cordon seen in
 //     the watch, as p50, p90, p99 and max.
+//   - backlog (-backlog): N more fresh nodes; with the operator stopped the
+//     harness creates one event per node (timed: the creates alone), then
+//     starts a new operator process and times its start until every one of
+//     those nodes is seen cordoned — a restart after an outage, and the
+//     operator's throughput apart from the harness's creation rate.
 //
 // Run it from the repository root (it builds the operator and finds the
 // control-plane binaries itself):
