@@ -39,8 +39,8 @@ type fleetCache struct {
 type fleetSnapshot struct {
 	version    uint64
 	generation int64 // the policy's
-	managed map[string]map[string]string
-	nhs     []gpuhealthv1alpha1.NodeHealth
+	managed    map[string]map[string]string
+	nhs        []gpuhealthv1alpha1.NodeHealth
 }
 
 // changed invalidates every snapshot.
