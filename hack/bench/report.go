@@ -185,6 +185,11 @@ func (r *results) markdown() string {
 		p("| **Ratio operator / raw** | **%.2f×** | |", ratio(r.Backlog, r.Raw))
 		p("| (every NodeHealth Quarantined after) | %s | |", dur(r.BacklogQuarantined))
 		p("")
+		p("| The burst against its floor: the apiserver must take the N creates and the N cordons | Time | |")
+		p("|---|---:|---:|")
+		p("| Creates alone + raw cordons (same run) | %s | |", dur(r.BacklogCreates+r.Raw))
+		p("| **Burst / (creates alone + raw)** | **%.2f×** | |", ratio(r.Operator, r.BacklogCreates+r.Raw))
+		p("")
 	}
 	if len(r.Latency) > 0 {
 		s := append([]time.Duration(nil), r.Latency...)
