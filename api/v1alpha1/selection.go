@@ -12,21 +12,18 @@ import (
 // selector that does not parse selects none, so a bad policy never takes
 // every node.
 func (p *RemediationPolicy) Selects(nodeLabels map[string]string) bool {
-	return p.Selector().Matches(labels.Set(nodeLabels))
+	sel, err := p.Selector()
+	return err == nil && sel.Matches(labels.Set(nodeLabels))
 }
 
 // Selector is the policy's nodeSelector compiled once, for matching many
-// nodes: everything for a nil selector, nothing for one that does not
-// parse (see Selects).
-func (p *RemediationPolicy) Selector() labels.Selector {
+// nodes: everything for a nil selector, an error for one that does not
+// parse (which selects no node; see Selects).
+func (p *RemediationPolicy) Selector() (labels.Selector, error) {
 	if p.Spec.NodeSelector == nil {
-		return labels.Everything()
+		return labels.Everything(), nil
 	}
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
-	if err != nil {
-		return labels.Nothing()
-	}
-	return sel
+	return metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
 }
 
 // ManagingPolicy returns the policy that manages a node with these labels:

@@ -74,6 +74,8 @@ const (
 	// operator fences every node with a waiting finding before it writes any
 	// of them up.
 	fencedPriority = handler.LowPriority - 10
+	// normalPriority is that of every other requeue, as of fresh work.
+	normalPriority = 0
 	// conflictRetry is the wait after an optimistic-lock conflict.
 	conflictRetry = time.Second
 )
@@ -429,7 +431,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			if apierrors.IsConflict(err) && reterr == nil {
 				// Our cache was behind the object; the side effects are
 				// idempotent, so decide again from the fresh copy.
-				result = ctrl.Result{RequeueAfter: conflictRetry}
+				result = ctrl.Result{RequeueAfter: conflictRetry, Priority: ptr.To(normalPriority)}
 				return
 			}
 			reterr = errors.Join(reterr, fmt.Errorf("patching status of nodehealth %s: %w", s.nh.Name, err))
@@ -441,14 +443,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 
 	if err := r.reconcile(ctx, s, &before); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			return ctrl.Result{RequeueAfter: conflictRetry, Priority: ptr.To(normalPriority)}, nil
 		}
 		return ctrl.Result{}, err
 	}
 	if s.fenceOnly {
 		return ctrl.Result{}, nil // the deferred function sets the requeue
 	}
-	return ctrl.Result{RequeueAfter: s.requeue}, nil
+	// An explicit priority: without one controller-runtime keeps the one the
+	// item was taken off the queue with, and a node would go on waiting
+	// below fresh work after its write-up pass at fencedPriority.
+	return ctrl.Result{RequeueAfter: s.requeue, Priority: ptr.To(normalPriority)}, nil
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, s *scope, before **gpuhealthv1alpha1.NodeHealth) error {

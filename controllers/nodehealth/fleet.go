@@ -113,10 +113,12 @@ func (r *Reconciler) fleet(ctx context.Context, p *gpuhealthv1alpha1.Remediation
 	if f == nil {
 		return r.readFleet(ctx, p)
 	}
-	v := f.version.Load()
 	// One rebuild at a time: the workers that wait for it use its result.
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// Read under the lock, so a worker that waited for a rebuild does not
+	// take a snapshot that a change during its wait made outdated.
+	v := f.version.Load()
 	if s := f.snaps[p.UID]; s != nil && s.version == v && s.generation == p.Generation {
 		return s.managed, s.nhs, nil
 	}

@@ -51,3 +51,14 @@ func TestSameLabelsButPhase(t *testing.T) {
 	g.Expect(sameLabelsButPhase(base, map[string]string{"pool": "a", "nvidia.com/gpu.clique": "x"})).To(BeFalse())
 	g.Expect(base).To(HaveLen(1), "the arguments are not modified")
 }
+
+func TestManagedNodesOfAPolicyWhoseSelectorDoesNotParse(t *testing.T) {
+	h := newHarness(t)
+	h.node("bad-selector", nil)
+	p := &gpuhealthv1alpha1.RemediationPolicy{Spec: gpuhealthv1alpha1.RemediationPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "test", Operator: "Bogus"}}},
+	}}
+	managed, err := h.r.managedNodes(h.ctx, p)
+	h.g.Expect(err).NotTo(HaveOccurred())
+	h.g.Expect(managed).To(BeEmpty(), "no node, also through a client that is not a cache")
+}

@@ -277,8 +277,12 @@ func (r *Reconciler) budgets(ctx context.Context, s *scope, fromAPIServer bool) 
 func (r *Reconciler) managedNodes(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (map[string]map[string]string, error) {
 	// The selector is compiled once and applied by the cache, so only the
 	// selected nodes are copied into the list.
+	sel, err := p.Selector()
+	if err != nil {
+		return map[string]map[string]string{}, nil // selects no node (see Selects)
+	}
 	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: p.Selector()}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	managed := make(map[string]map[string]string, len(nodes.Items))

@@ -64,7 +64,7 @@ func (g *stormGate) hold(node string) time.Duration {
 		delete(g.fencedAt, node)
 		return 0
 	}
-	return g.quiet - now.Sub(g.last)
+	return min(g.quiet-now.Sub(g.last), g.maxHold-now.Sub(at))
 }
 
 func (g *stormGate) clock() time.Time {

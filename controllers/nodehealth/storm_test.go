@@ -40,6 +40,11 @@ func TestStormGate(t *testing.T) {
 	gate.fenced("storm-z")
 	g.Expect(gate.hold("d")).To(BeZero(), "written up after maxHold even though fences go on")
 
+	long := &stormGate{quiet: 5 * time.Second, maxHold: time.Second, now: func() time.Time { return now }}
+	long.fenced("x")
+	long.fenced("y")
+	g.Expect(long.hold("x")).To(Equal(time.Second), "never past maxHold, even with a longer quiet period")
+
 	off := &stormGate{}
 	off.fenced("a")
 	off.fenced("b")
