@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -126,17 +125,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	before := p.DeepCopy()
 	now := metav1.NewTime(r.Clock.Now())
-	sel := labels.Everything()
-	if p.Spec.NodeSelector != nil {
-		s, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
-		if err != nil {
-			meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
-				Type: ReadyCondition, Status: metav1.ConditionFalse, Reason: ReasonInvalidSelector,
-				Message: fmt.Sprintf("nodeSelector does not parse: %v", err), ObservedGeneration: p.Generation, LastTransitionTime: now,
-			})
-			return ctrl.Result{}, r.patch(ctx, before, p)
-		}
-		sel = s
+	sel, err := p.Selector()
+	if err != nil {
+		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+			Type: ReadyCondition, Status: metav1.ConditionFalse, Reason: ReasonInvalidSelector,
+			Message: fmt.Sprintf("nodeSelector does not parse: %v", err), ObservedGeneration: p.Generation, LastTransitionTime: now,
+		})
+		return ctrl.Result{}, r.patch(ctx, before, p)
 	}
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
