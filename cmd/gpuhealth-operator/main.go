@@ -25,6 +25,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
+	"github.com/gpuhealth/gpuhealth/controllers/eventgc"
 	"github.com/gpuhealth/gpuhealth/controllers/nodehealth"
 	"github.com/gpuhealth/gpuhealth/controllers/policy"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
@@ -46,21 +47,20 @@ func run() error {
 		probeAddr      string
 		pprofAddr      string
 		leaderElect    bool
-		namespace      string
-		workers        int
 		leaderElection string
-		stormQuiet     time.Duration
-		stormHoldMax   time.Duration
+		o              options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address Go's pprof endpoints bind to, for profiling; \"0\" (the default) turns them off.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica acts at a time.")
 	flag.StringVar(&leaderElection, "leader-election-id", "gpuhealth-operator.gpuhealth.dev", "Name of the leader election Lease.")
-	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "gpuhealth-system"), "Namespace of the leader election Lease and of recertification and remediation Jobs.")
-	flag.IntVar(&workers, "workers", 16, "Nodes reconciled in parallel.")
-	flag.DurationVar(&stormQuiet, "storm-quiet", 300*time.Millisecond, "In a storm of quarantines, write up fenced nodes (transition, node condition, Event) only once no node has been fenced for this long; 0 writes each up right after its fence.")
-	flag.DurationVar(&stormHoldMax, "storm-hold-max", 10*time.Second, "The longest a fenced node's write-up waits for a storm to pass.")
+	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "gpuhealth-system"), "Namespace of the leader election Lease and of recertification and remediation Jobs.")
+	flag.IntVar(&o.workers, "workers", 16, "Nodes reconciled in parallel.")
+	flag.DurationVar(&o.stormQuiet, "storm-quiet", 300*time.Millisecond, "In a storm of quarantines, write up fenced nodes (transition, node condition, Event) only once no node has been fenced for this long; 0 writes each up right after its fence.")
+	flag.DurationVar(&o.stormHoldMax, "storm-hold-max", 10*time.Second, "The longest a fenced node's write-up waits for a storm to pass.")
+	flag.DurationVar(&o.eventRetention, "event-retention", 7*24*time.Hour, "How long a finished NodeHealthEvent (Resolved, Superseded or Ignored) is kept; 0 keeps them (only --max-events-per-node bounds them). Active findings are never deleted.")
+	flag.IntVar(&o.maxEventsPerNode, "max-events-per-node", 100, "The most NodeHealthEvents kept per node; beyond it the oldest finished ones are deleted (never an active one); 0 means no cap.")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -84,19 +84,19 @@ func run() error {
 		PprofBindAddress:              pprofAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              leaderElection,
-		LeaderElectionNamespace:       namespace,
+		LeaderElectionNamespace:       o.namespace,
 		LeaderElectionReleaseOnCancel: true,
 		// Jobs live only in the operator's namespace; watching them there
 		// keeps the RBAC a namespaced Role instead of cluster-wide access.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&batchv1.Job{}: {Namespaces: map[string]cache.Config{namespace: {}}},
+			&batchv1.Job{}: {Namespaces: map[string]cache.Config{o.namespace: {}}},
 		}},
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := setup(ctx, mgr, namespace, workers, stormQuiet, stormHoldMax); err != nil {
+	if err := setup(ctx, mgr, o); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -105,13 +105,23 @@ func run() error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
-	ctrl.Log.WithName("setup").Info("Starting manager", "namespace", namespace, "leaderElect", leaderElect)
+	ctrl.Log.WithName("setup").Info("Starting manager", "namespace", o.namespace, "leaderElect", leaderElect)
 	return mgr.Start(ctx)
+}
+
+// options are the flags the controllers take.
+type options struct {
+	namespace        string
+	workers          int
+	stormQuiet       time.Duration
+	stormHoldMax     time.Duration
+	eventRetention   time.Duration
+	maxEventsPerNode int
 }
 
 // setup is the composition root: it builds the clock, recorder and drainer
 // and hands them to the controllers.
-func setup(ctx context.Context, mgr ctrl.Manager, namespace string, workers int, stormQuiet, stormHoldMax time.Duration) error {
+func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	clk := clock.RealClock{}
 	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 	if err != nil {
@@ -131,11 +141,11 @@ func setup(ctx context.Context, mgr ctrl.Manager, namespace string, workers int,
 		Recorder:                recorder,
 		Drainer:                 drain.New(mgr.GetClient(), clk),
 		Breaker:                 breaker.New(),
-		Namespace:               namespace,
+		Namespace:               o.namespace,
 		ComputeDomains:          view,
-		MaxConcurrentReconciles: workers,
-		StormQuiet:              stormQuiet,
-		StormHoldMax:            stormHoldMax,
+		MaxConcurrentReconciles: o.workers,
+		StormQuiet:              o.stormQuiet,
+		StormHoldMax:            o.stormHoldMax,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the nodehealth controller: %w", err)
@@ -145,6 +155,10 @@ func setup(ctx context.Context, mgr ctrl.Manager, namespace string, workers int,
 	}
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy status controller: %w", err)
+	}
+	gc := &eventgc.Reconciler{Client: mgr.GetClient(), Clock: clk, Retention: o.eventRetention, MaxPerNode: o.maxEventsPerNode}
+	if err := gc.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("setting up the event garbage collector: %w", err)
 	}
 	return nil
 }

@@ -284,8 +284,8 @@ func TestComputeDomainAndCliqueBudgets(t *testing.T) {
 	h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
 	h.g.Expect(nh.Status.Reason).To(Equal(ReasonWaitingForBudget))
 	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
-	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("1 of 4 nodes of ComputeDomain default/%s unavailable, maxUnavailablePerComputeDomain 1", d1Name)))
-	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("1 of 4 nodes of clique %s unavailable, maxUnavailablePerClique 1", c1)))
+	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerComputeDomain 1 in ComputeDomain default/%s", d1Name)))
+	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerClique 1 in clique %s", c1)))
 
 	// n5 waits for clique c1 alone: d2 has nobody out yet.
 	nh = h.nodeHealth(n[4])
@@ -330,8 +330,8 @@ func TestComputeDomainAndCliqueBudgets(t *testing.T) {
 	h.reconcile(n[4])
 	nh = h.nodeHealth(n[4])
 	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
-	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("1 of 4 nodes of ComputeDomain default/%s unavailable", d2Name)))
-	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("1 of 4 nodes of clique %s unavailable", c1)))
+	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerComputeDomain 1 in ComputeDomain default/%s", d2Name)))
+	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerClique 1 in clique %s", c1)))
 	h.g.Expect(e.rec.on("ComputeDomain", "default", d2Name)).To(HaveLen(4), "a different blocking budget is announced")
 }
 

@@ -331,7 +331,22 @@ func TestBudgetDrainsOneAtATime(t *testing.T) {
 		if h.phase(n) == quarantined {
 			nh := h.nodeHealth(n)
 			h.g.Expect(nh.Status.Reason).To(Equal(ReasonWaitingForBudget))
-			h.g.Expect(nh.Status.Message).To(ContainSubstring("1 of 3 nodes unavailable, maxUnavailable 1"))
+			h.g.Expect(nh.Status.Message).To(ContainSubstring("no room under maxUnavailable 1"))
+		}
+	}
+	// A node joining the fleet changes the counts but not what a waiting
+	// node records: its status is not rewritten (with many nodes waiting,
+	// every join or return would otherwise rewrite all of them).
+	for _, n := range names {
+		if h.phase(n) == quarantined {
+			rv := h.nodeHealth(n).ResourceVersion
+			joined := h.node("joined", nil)
+			h.g.Eventually(func() error {
+				return h.r.Client.Get(h.ctx, types.NamespacedName{Name: joined.Name}, &corev1.Node{})
+			}).Should(Succeed(), "the reconciler's cache sees the new node")
+			h.reconcile(n)
+			h.g.Expect(h.nodeHealth(n).ResourceVersion).To(Equal(rv), "a waiting node's status is not rewritten when the fleet grows")
+			break
 		}
 	}
 	// Finish the nodes one by one; each return lets the next drain.

@@ -198,31 +198,35 @@ func (r *Reconciler) startDrain(ctx context.Context, s *scope, before **gpuhealt
 
 // waitForBudget records that the node waits for a budget: status.reason
 // WaitingForBudget, status.blockingBudget the first budget without room and
-// the message the numbers of every blocking budget. The first time a budget
-// blocks the node it is counted and, for a ComputeDomain member, published
-// on the domain.
+// the message every blocking budget by name, limit and scope. The live
+// counts stay out of the status (they are in the policy's status), so a
+// count that moves does not rewrite every waiting node. The first time a
+// budget blocks the node it is counted and, for a ComputeDomain member,
+// published on the domain with the counts.
 func (r *Reconciler) waitForBudget(s *scope, ds []budget.Decision, blocked []int, err error) {
 	name := gpuhealthv1alpha1.BudgetMaxUnavailable
-	msg := "waiting for budget: "
+	msg, counts := "waiting for budget: ", ""
 	if err != nil {
 		msg += err.Error()
+		counts = msg
 		if len(ds) > 0 {
 			name = gpuhealthv1alpha1.BudgetName(ds[len(ds)-1].Name)
 		}
 	} else {
 		name = gpuhealthv1alpha1.BudgetName(ds[blocked[0]].Name)
-		parts := make([]string, len(blocked))
+		full, numbers := make([]string, len(blocked)), make([]string, len(blocked))
 		for i, b := range blocked {
-			parts[i] = ds[b].Message()
+			full[i], numbers[i] = ds[b].Full(), ds[b].Message()
 		}
-		msg += strings.Join(parts, "; ")
+		counts = msg + strings.Join(numbers, "; ")
+		msg += strings.Join(full, "; ")
 	}
 	setStatusReason(s, ReasonWaitingForBudget, msg)
 	s.nh.Status.BlockingBudget = name
 	if s.prevBlocking != name {
 		budgetBlocked.WithLabelValues(string(name)).Inc()
 		r.domainEvent(s, corev1.EventTypeWarning, ReasonMemberWaitingForBudget, "Drain",
-			"member %s is quarantined and waits for budget %s: %s", s.node.Name, name, msg)
+			"member %s is quarantined and waits for budget %s: %s", s.node.Name, name, counts)
 	}
 	s.wait(budgetRecheck)
 }

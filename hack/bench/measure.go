@@ -215,6 +215,10 @@ func (h *harness) backlog(ctx context.Context, stop func(), start func() (*opera
 		return nil, fmt.Errorf("backlog: %w", err)
 	}
 	logf("backlog: %d events created in %s with no operator running; starting the operator", len(nodes), res.BacklogCreates.Round(time.Millisecond))
+	before, _, err := h.apiserverRequests(ctx)
+	if err != nil {
+		return nil, err
+	}
 	begin := time.Now()
 	op, err := start()
 	if err != nil {
@@ -225,6 +229,11 @@ func (h *harness) backlog(ctx context.Context, stop func(), start func() (*opera
 	}
 	_, last := h.nodes.cordoned()
 	res.Backlog = last.Sub(begin)
+	after, _, err := h.apiserverRequests(ctx)
+	if err != nil {
+		return op, err
+	}
+	res.BacklogWrites = after.minus(before)
 	if err := h.waitPhase(ctx, nodes, phaseQuarantined); err != nil {
 		return op, err
 	}

@@ -41,6 +41,10 @@ type results struct {
 	// last of those N nodes seen cordoned, BacklogQuarantined to the last
 	// NodeHealth Quarantined.
 	BacklogCreates, Backlog, BacklogQuarantined time.Duration
+	// BacklogWrites are the apiserver's write counters from just before
+	// the new operator starts until every backlog node is seen cordoned:
+	// the fences and whatever else competed with them.
+	BacklogWrites reqCounts
 
 	// Writes are the apiserver's write counters over the burst, less the
 	// harness's own HarnessCreates event creates.
@@ -185,6 +189,8 @@ func (r *results) markdown() string {
 		p("| **Ratio operator / raw** | **%.2f×** | |", ratio(r.Backlog, r.Raw))
 		p("| (every NodeHealth Quarantined after) | %s | |", dur(r.BacklogQuarantined))
 		p("")
+		writesTable(p, "API writes from the operator's start until every backlog node is cordoned (apiserver_request_total, every client)", r.BacklogWrites, n)
+		p("")
 		p("| The burst against its floor: the apiserver must take the N creates and the N cordons | Time | |")
 		p("|---|---:|---:|")
 		p("| Creates alone + raw cordons (same run) | %s | |", dur(r.BacklogCreates+r.Raw))
@@ -199,20 +205,7 @@ func (r *results) markdown() string {
 		p("| Event created → node seen cordoned in a watch | %s | %s | %s | %s |", dur(percentile(s, 0.50)), dur(percentile(s, 0.90)), dur(percentile(s, 0.99)), dur(s[len(s)-1]))
 		p("")
 	}
-	p("| API writes per node to reach Quarantined (apiserver_request_total, burst) | Verbs | Writes | Per node |")
-	p("|---|---|---:|---:|")
-	total := 0.0
-	for _, k := range sortedKeys(r.Writes) {
-		c := r.Writes[k]
-		name := "`" + k.String() + "`"
-		if isHeartbeat(k) {
-			name += " (kwok node heartbeats; not in the total)"
-		} else {
-			total += c.total()
-		}
-		p("| %s | %s | %.0f | %.2f |", name, verbs(c), c.total(), c.total()/n)
-	}
-	p("| **Total** | | **%.0f** | **%.2f** |", total, total/n)
+	writesTable(p, "API writes per node to reach Quarantined (apiserver_request_total, burst)", r.Writes, n)
 	if c := r.OperatorWrites[operatorKey]; c != nil {
 		p("| of which the operator's own client (its rest_client_requests_total) | %s | %.0f | %.2f |", verbs(c), c.total(), c.total()/n)
 	}
@@ -240,6 +233,25 @@ func orNA(s string) string {
 func firstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\n")
 	return strings.TrimSpace(l)
+}
+
+// writesTable prints write counters by resource, per node of n, with
+// kwok's heartbeats shown but left out of the total.
+func writesTable(p func(string, ...any), title string, w reqCounts, n float64) {
+	p("| %s | Verbs | Writes | Per node |", title)
+	p("|---|---|---:|---:|")
+	total := 0.0
+	for _, k := range sortedKeys(w) {
+		c := w[k]
+		name := "`" + k.String() + "`"
+		if isHeartbeat(k) {
+			name += " (kwok node heartbeats; not in the total)"
+		} else {
+			total += c.total()
+		}
+		p("| %s | %s | %.0f | %.2f |", name, verbs(c), c.total(), c.total()/n)
+	}
+	p("| **Total** | | **%.0f** | **%.2f** |", total, total/n)
 }
 
 // sortedKeys returns the resources of c by name, kwok's heartbeats last.

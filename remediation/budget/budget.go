@@ -49,3 +49,15 @@ func (d Decision) Message() string {
 	}
 	return fmt.Sprintf("%d of %d nodes unavailable, %s %d", d.Consuming, d.Total, d.Name, d.Limit)
 }
+
+// Full names a budget without room by what changes only with the policy
+// (its name, resolved limit and scope), not by the live counts: a node
+// waiting for it records this, so a node joining the fleet or another node
+// finishing does not rewrite the status of every waiting node. The counts
+// are in the policy's status and in Message.
+func (d Decision) Full() string {
+	if d.Scope != "" {
+		return fmt.Sprintf("no room under %s %d in %s", d.Name, d.Limit, d.Scope)
+	}
+	return fmt.Sprintf("no room under %s %d", d.Name, d.Limit)
+}

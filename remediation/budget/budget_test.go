@@ -41,6 +41,11 @@ func TestDecision(t *testing.T) {
 	g.Expect(Decision{Limit: 3, Consuming: 1}.Allowed()).To(Equal(2))
 	scoped := Decision{Name: "maxUnavailablePerClique", Limit: 1, Consuming: 1, Total: 4, Scope: "clique c.1"}
 	g.Expect(scoped.Message()).To(Equal("1 of 4 nodes of clique c.1 unavailable, maxUnavailablePerClique 1"))
+	g.Expect(d.Full()).To(Equal("no room under maxUnavailable 1"))
+	g.Expect(scoped.Full()).To(Equal("no room under maxUnavailablePerClique 1 in clique c.1"))
+	more := d
+	more.Consuming, more.Total = 1, 40
+	g.Expect(more.Full()).To(Equal(d.Full()), "the counts are not part of it")
 }
 
 func ptr[T any](v T) *T { return &v }

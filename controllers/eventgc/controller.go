@@ -1,0 +1,246 @@
+package eventgc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+
+// conflictRecheck is how soon a node is looked at again when an event
+// changed between the read and the delete.
+const conflictRecheck = time.Second
+
+// NodeIndex indexes NodeHealthEvents by spec.nodeName in the manager's
+// cache, under a name of this controller's own.
+const NodeIndex = "eventgc.spec.nodeName"
+
+// Why an event was deleted, the reason label of the deletions metric.
+const (
+	ReasonRetention = "retention"
+	ReasonCap       = "cap"
+)
+
+// Reconciler deletes a node's finished NodeHealthEvents: those the operator
+// judged Resolved, Superseded or Ignored, once they have been finished for
+// Retention, and the oldest finished ones beyond MaxPerNode. An Active or
+// not yet judged event is never deleted, whatever its age or the count:
+// only the operator's judgement finishes a finding. When the node no longer
+// exists, every event of it counts as finished when it was last seen, so
+// findings of a node that left the cluster go after the retention too.
+//
+// Deletes carry the event's UID and resourceVersion as preconditions: an
+// event that changed since it was read (a monitor reporting it again) is
+// not deleted but looked at again. A monitor that reports a deleted finding
+// again creates it anew.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the apiserver.
+	Client client.Client
+	// Clock tells the age of events.
+	Clock clock.PassiveClock
+	// Retention is how long an event is kept after it finished; zero keeps
+	// finished events (only MaxPerNode bounds them).
+	Retention time.Duration
+	// MaxPerNode is the most events kept per node; zero means no cap.
+	MaxPerNode int
+}
+
+// SetupWithManager indexes events by node and registers the watches: a new
+// event, a change of an event's phase, and a deleted Node (its events may
+// now go) reconcile that node.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Client == nil || r.Clock == nil || r.Retention < 0 || r.MaxPerNode < 0 {
+		return errors.New("eventgc.Reconciler needs Client and Clock, and Retention and MaxPerNode not negative")
+	}
+	if err := IndexByNode(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodehealthevent_gc").
+		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, handler.EnqueueRequestsFromMapFunc(eventNode), builder.WithPredicates(createdOrPhaseChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
+			return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
+		}), builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+		})).
+		Complete(r)
+}
+
+// IndexByNode adds NodeIndex, which the Reconciler lists by, to a cache.
+func IndexByNode(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &gpuhealthv1alpha1.NodeHealthEvent{}, NodeIndex, func(o client.Object) []string {
+		return []string{o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}
+	}); err != nil {
+		return fmt.Errorf("indexing nodehealthevents by node: %w", err)
+	}
+	return nil
+}
+
+func eventNode(_ context.Context, o client.Object) []ctrl.Request {
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}}}
+}
+
+// createdOrPhaseChanged passes new events (the initial list too) and phase
+// changes; a monitor's count updates of an active finding do not matter here.
+var createdOrPhaseChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.(*gpuhealthv1alpha1.NodeHealthEvent).Status.Phase != e.ObjectNew.(*gpuhealthv1alpha1.NodeHealthEvent).Status.Phase
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+// Reconcile deletes what is due on one node and asks to come back when the
+// next finished event's retention ends.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	events := &gpuhealthv1alpha1.NodeHealthEventList{}
+	if err := r.Client.List(ctx, events, client.MatchingFields{NodeIndex: req.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing nodehealthevents of node %s: %w", req.Name, err)
+	}
+	if len(events.Items) == 0 {
+		return ctrl.Result{}, nil
+	}
+	nodeGone := false
+	if err := r.Client.Get(ctx, req.NamespacedName, &corev1.Node{}); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("reading node %s: %w", req.Name, err)
+		}
+		nodeGone = true
+	}
+	plan := r.plan(events.Items, nodeGone, r.Clock.Now())
+
+	logger := log.FromContext(ctx)
+	requeue := false
+	for _, d := range plan.deletes {
+		e := d.event
+		err := r.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID, ResourceVersion: &e.ResourceVersion})
+		switch {
+		case err == nil:
+			deleted.WithLabelValues(d.reason).Inc()
+			logger.V(1).Info("Deleted a finished NodeHealthEvent", "nodeHealthEvent", e.Name, "phase", e.Status.Phase, "finishedAt", d.finished, "why", d.reason)
+		case apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err):
+			// Changed since the cache read it: judge it again.
+			requeue = true
+		default:
+			return ctrl.Result{}, fmt.Errorf("deleting nodehealthevent %s: %w", e.Name, err)
+		}
+	}
+	if plan.overCap > 0 {
+		logger.Info("Node has more unfinished NodeHealthEvents than the cap; they are kept", "over", plan.overCap, "cap", r.MaxPerNode)
+	}
+	if requeue {
+		// After the cache has caught up with the change.
+		return ctrl.Result{RequeueAfter: conflictRecheck}, nil
+	}
+	if !plan.next.IsZero() {
+		return ctrl.Result{RequeueAfter: plan.next.Sub(r.Clock.Now())}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+type deletion struct {
+	event    *gpuhealthv1alpha1.NodeHealthEvent
+	finished time.Time
+	reason   string
+}
+
+type plan struct {
+	deletes []deletion
+	// next is when the earliest kept finished event's retention ends; zero
+	// when none will.
+	next time.Time
+	// overCap is how many events beyond MaxPerNode are kept because they
+	// are not finished.
+	overCap int
+}
+
+// plan decides which of one node's events go, and why.
+func (r *Reconciler) plan(items []gpuhealthv1alpha1.NodeHealthEvent, nodeGone bool, now time.Time) plan {
+	var out plan
+	var kept []deletion // finished, kept for now
+	unfinished := 0
+	for i := range items {
+		e := &items[i]
+		at, ok := finishedAt(e, nodeGone)
+		if !ok {
+			unfinished++
+			continue
+		}
+		if r.Retention > 0 && !now.Before(at.Add(r.Retention)) {
+			out.deletes = append(out.deletes, deletion{event: e, finished: at, reason: ReasonRetention})
+			continue
+		}
+		kept = append(kept, deletion{event: e, finished: at, reason: ReasonCap})
+	}
+	// Oldest finished first; the name breaks ties so the choice is stable.
+	slices.SortFunc(kept, func(a, b deletion) int {
+		if c := a.finished.Compare(b.finished); c != 0 {
+			return c
+		}
+		return strings.Compare(a.event.Name, b.event.Name)
+	})
+	if over := unfinished + len(kept) - r.MaxPerNode; r.MaxPerNode > 0 && over > 0 {
+		n := min(over, len(kept))
+		out.deletes = append(out.deletes, kept[:n]...)
+		kept = kept[n:]
+		out.overCap = over - n
+	}
+	if r.Retention > 0 && len(kept) > 0 {
+		out.next = kept[0].finished.Add(r.Retention)
+	}
+	return out
+}
+
+// finishedAt returns when an event finished, and whether it has: Resolved
+// at resolvedAt, Superseded at supersededAt (unless seen again since, which
+// makes it active again whatever the phase still says), Ignored when last
+// seen. An event of a node that no longer exists finished when last seen.
+// Missing times fall back to the last sighting and then to the creation.
+func finishedAt(e *gpuhealthv1alpha1.NodeHealthEvent, nodeGone bool) (time.Time, bool) {
+	st := &e.Status
+	seen := e.CreationTimestamp.Time
+	if st.LastSeen != nil {
+		seen = st.LastSeen.Time
+	}
+	if nodeGone {
+		return seen, true
+	}
+	switch st.Phase {
+	case gpuhealthv1alpha1.EventResolved:
+		if st.ResolvedAt != nil {
+			return st.ResolvedAt.Time, true
+		}
+		return seen, true
+	case gpuhealthv1alpha1.EventSuperseded:
+		if st.SupersededAt == nil {
+			return seen, true
+		}
+		if st.LastSeen != nil && st.LastSeen.After(st.SupersededAt.Time) {
+			return time.Time{}, false
+		}
+		return st.SupersededAt.Time, true
+	case gpuhealthv1alpha1.EventIgnored:
+		return seen, true
+	}
+	return time.Time{}, false
+}

@@ -1,0 +1,15 @@
+package eventgc
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var deleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "gpuhealth_nodehealthevents_deleted_total",
+	Help: "Number of finished NodeHealthEvents garbage-collected, by why: retention (finished longer ago than the retention) or cap (the oldest finished beyond the per-node cap).",
+}, []string{"reason"})
+
+func init() {
+	metrics.Registry.MustRegister(deleted)
+}
