@@ -584,6 +584,10 @@ type RemediationPolicyStatus struct {
 	// +optional
 	Phases map[NodeHealthPhase]int32 `json:"phases,omitempty"`
 
+	// budget counts the maxUnavailable budget over the managed nodes.
+	// +optional
+	Budget *BudgetStatus `json:"budget,omitempty"`
+
 	// circuitBreaker is the breaker's current state.
 	// +optional
 	CircuitBreaker *CircuitBreakerStatus `json:"circuitBreaker,omitempty"`
@@ -596,6 +600,26 @@ type RemediationPolicyStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
+// BudgetStatus counts a policy's maxUnavailable budget. The counts are those
+// of the policy's last count (at most once a second).
+type BudgetStatus struct {
+	// limit is maxUnavailable resolved against the managed nodes.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Limit int32 `json:"limit"`
+
+	// unavailable is how many managed nodes are Draining or Recertifying.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Unavailable int32 `json:"unavailable"`
+
+	// waiting is how many managed nodes are quarantined and wait for this
+	// budget (their status.blockingBudget is maxUnavailable).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Waiting int32 `json:"waiting,omitempty"`
+}
+
 // RemediationPolicy says how gpuhealth judges findings and handles the nodes
 // it selects: rules, quarantine, drain, remediation and recertification,
 // budgets, the circuit breaker and dry-run.
@@ -605,6 +629,9 @@ type RemediationPolicyStatus struct {
 // +kubebuilder:resource:scope=Cluster,shortName=rp,categories=gpuhealth
 // +kubebuilder:printcolumn:name="Managed",type=integer,JSONPath=`.status.managedNodes`
 // +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.phases.Healthy`
+// +kubebuilder:printcolumn:name="Unavailable",type=integer,JSONPath=`.status.budget.unavailable`
+// +kubebuilder:printcolumn:name="Limit",type=integer,JSONPath=`.status.budget.limit`
+// +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.budget.waiting`
 // +kubebuilder:printcolumn:name="Breaker",type=string,JSONPath=`.status.circuitBreaker.state`
 // +kubebuilder:printcolumn:name="DryRun",type=boolean,JSONPath=`.spec.dryRun`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -153,7 +153,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := (&computedomain.FabricReconciler{Client: mgr.GetClient(), Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the fabric controller: %w", err)
 	}
-	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk}).SetupWithManager(mgr); err != nil {
+	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy status controller: %w", err)
 	}
 	gc := &eventgc.Reconciler{Client: mgr.GetClient(), Clock: clk, Retention: o.eventRetention, MaxPerNode: o.maxEventsPerNode}

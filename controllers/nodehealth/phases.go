@@ -10,7 +10,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -257,7 +256,7 @@ func (r *Reconciler) budgets(ctx context.Context, s *scope, fromAPIServer bool) 
 			consuming++
 		}
 	}
-	limit, err := budget.Limit(s.policy.Spec.Budgets.MaxUnavailable, len(managed), intstr.FromString("10%"))
+	limit, err := budget.Limit(s.policy.Spec.Budgets.MaxUnavailable, len(managed), budget.DefaultMaxUnavailable)
 	ds := []budget.Decision{{Name: string(gpuhealthv1alpha1.BudgetMaxUnavailable), Limit: limit, Consuming: consuming, Total: len(managed)}}
 	if err != nil {
 		return ds, nil, err

@@ -3,6 +3,8 @@ package nodehealth
 import (
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // stormGate holds back the bookkeeping after fences while a storm of fences
@@ -13,8 +15,9 @@ import (
 // four more writes. Spending those after the storm fences every node
 // sooner.
 //
-// The gate uses the wall clock, not the reconciler's Clock: it shapes load
-// and decides nothing, so a test's fake clock must not hold a node forever.
+// The gate has a clock of its own, the real one unless a test sets it, not
+// the reconciler's Clock: it shapes load and decides nothing, so a test's
+// fake reconciler clock must not hold a node forever.
 type stormGate struct {
 	// quiet is how long no other node must have been fenced before a
 	// fenced node's bookkeeping goes ahead; zero turns the gate off.
@@ -22,8 +25,8 @@ type stormGate struct {
 	// maxHold bounds the hold of one node, so a storm that never ends
 	// still writes every node up.
 	maxHold time.Duration
-	// now is the wall clock; tests replace it.
-	now func() time.Time
+	// clock is the real clock when nil; tests set a fake one.
+	clock clock.PassiveClock
 
 	mu       sync.Mutex
 	last     time.Time // the latest fence
@@ -36,7 +39,7 @@ func (g *stormGate) fenced(node string) {
 	if g == nil || g.quiet <= 0 {
 		return
 	}
-	now := g.clock()
+	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.fencedAt == nil {
@@ -53,7 +56,7 @@ func (g *stormGate) hold(node string) time.Duration {
 	if g == nil || g.quiet <= 0 {
 		return 0
 	}
-	now := g.clock()
+	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	at, ok := g.fencedAt[node]
@@ -67,9 +70,9 @@ func (g *stormGate) hold(node string) time.Duration {
 	return min(g.quiet-now.Sub(g.last), g.maxHold-now.Sub(at))
 }
 
-func (g *stormGate) clock() time.Time {
-	if g.now != nil {
-		return g.now()
+func (g *stormGate) now() time.Time {
+	if g.clock != nil {
+		return g.clock.Now()
 	}
-	return time.Now()
+	return clock.RealClock{}.Now()
 }

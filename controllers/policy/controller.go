@@ -9,9 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -23,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/budget"
 )
 
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies,verbs=get;list;watch
@@ -37,6 +40,11 @@ const (
 	ReasonValid = "Valid"
 	// ReasonInvalidSelector says the policy's node selector does not parse.
 	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonBudgetExhausted is the Warning Event when quarantined nodes
+	// start waiting for the policy's maxUnavailable budget.
+	ReasonBudgetExhausted = "BudgetExhausted"
+	// ReasonBudgetAvailable is the Normal Event when none waits any more.
+	ReasonBudgetAvailable = "BudgetAvailable"
 )
 
 // Reconciler counts each policy's managed nodes by phase into its status.
@@ -45,9 +53,11 @@ const (
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the apiserver.
 	Client client.Client
-	// Clock stamps conditions.
+	// Clock stamps conditions and spaces the counts.
 	Clock clock.PassiveClock
-	// MinInterval is the least wall-clock time between two counts of one
+	// Recorder publishes the budget's Events on the policy.
+	Recorder events.EventRecorder
+	// MinInterval is the least time between two counts of one
 	// policy: in a storm every transition would otherwise re-count every
 	// node, and the changes in between fold into the next count. Zero means
 	// one second.
@@ -64,7 +74,7 @@ func (r *Reconciler) throttle(name string) time.Duration {
 	if interval <= 0 {
 		interval = time.Second
 	}
-	now := time.Now()
+	now := r.Clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if wait := interval - now.Sub(r.counted[name]); wait > 0 {
@@ -82,8 +92,8 @@ func (r *Reconciler) throttle(name string) time.Duration {
 // workqueue and MinInterval fold a storm of changes into one count per
 // policy a second.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Client == nil || r.Clock == nil {
-		return errors.New("policy.Reconciler needs Client and Clock")
+	if r.Client == nil || r.Clock == nil || r.Recorder == nil {
+		return errors.New("policy.Reconciler needs Client, Clock and Recorder")
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("remediationpolicy_status").
@@ -121,6 +131,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	p := &gpuhealthv1alpha1.RemediationPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		if apierrors.IsNotFound(err) {
+			deleteBudgetMetrics(req.Name)
+			r.mu.Lock()
+			delete(r.counted, req.Name)
+			r.mu.Unlock()
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	before := p.DeepCopy()
@@ -146,19 +162,59 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("listing nodehealths: %w", err)
 	}
 	phases := map[gpuhealthv1alpha1.NodeHealthPhase]int32{}
+	var waiting int32
 	for i := range nhs.Items {
-		if ph := nhs.Items[i].Status.Phase; ph != "" && managed[nhs.Items[i].Name] {
+		nh := &nhs.Items[i]
+		if !managed[nh.Name] {
+			continue
+		}
+		if ph := nh.Status.Phase; ph != "" {
 			phases[ph]++
+		}
+		if nh.Status.BlockingBudget == gpuhealthv1alpha1.BudgetMaxUnavailable {
+			waiting++
 		}
 	}
 	p.Status.ManagedNodes = int32(len(managed))
 	p.Status.Phases = phases
+	limit, err := budget.Limit(p.Spec.Budgets.MaxUnavailable, len(managed), budget.DefaultMaxUnavailable)
+	if err != nil {
+		// The nodehealth controller fails closed on it and says so on each node.
+		log.FromContext(ctx).Error(err, "Resolving maxUnavailable", "policy", p.Name)
+	}
+	p.Status.Budget = &gpuhealthv1alpha1.BudgetStatus{
+		Limit:       int32(limit),
+		Unavailable: phases[gpuhealthv1alpha1.PhaseDraining] + phases[gpuhealthv1alpha1.PhaseRecertifying],
+		Waiting:     waiting,
+	}
+	r.budgetEvent(before, p)
+	setBudgetMetrics(p)
 	p.Status.ObservedGeneration = p.Generation
 	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
 		Type: ReadyCondition, Status: metav1.ConditionTrue, Reason: ReasonValid,
 		Message: fmt.Sprintf("managing %d nodes", len(managed)), ObservedGeneration: p.Generation, LastTransitionTime: now,
 	})
 	return ctrl.Result{}, r.patch(ctx, before, p)
+}
+
+// budgetEvent publishes one Event on the policy when nodes start waiting
+// for its maxUnavailable budget and one when none waits any more: a storm
+// of blocked nodes is one Event, not one per node. The last status is the
+// memory, so a restart does not repeat it.
+func (r *Reconciler) budgetEvent(before, p *gpuhealthv1alpha1.RemediationPolicy) {
+	var was int32
+	if before.Status.Budget != nil {
+		was = before.Status.Budget.Waiting
+	}
+	b := p.Status.Budget
+	switch {
+	case was == 0 && b.Waiting > 0:
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonBudgetExhausted, "Drain",
+			"%d quarantined nodes wait for budget maxUnavailable: %d of %d managed nodes unavailable, limit %d", b.Waiting, b.Unavailable, p.Status.ManagedNodes, b.Limit)
+	case was > 0 && b.Waiting == 0:
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ReasonBudgetAvailable, "Drain",
+			"no node waits for budget maxUnavailable any more: %d of %d managed nodes unavailable, limit %d", b.Unavailable, p.Status.ManagedNodes, b.Limit)
+	}
 }
 
 func (r *Reconciler) patch(ctx context.Context, before, p *gpuhealthv1alpha1.RemediationPolicy) error {

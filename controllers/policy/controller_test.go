@@ -7,9 +7,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,7 +59,7 @@ func TestCountsByPhase(t *testing.T) {
 		nh.Status.Phase = phase
 		g.Expect(k8sClient.Status().Update(ctx, nh)).To(Succeed())
 	}
-	r := &Reconciler{Client: k8sClient, Clock: clocktesting.NewFakeClock(since.Time)}
+	r := &Reconciler{Client: k8sClient, Clock: clocktesting.NewFakeClock(since.Time), Recorder: events.NewFakeRecorder(10)}
 	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
 	g.Expect(err).NotTo(HaveOccurred())
 
@@ -72,10 +74,76 @@ func TestCountsByPhase(t *testing.T) {
 
 func TestCountsAtMostOncePerInterval(t *testing.T) {
 	g := NewWithT(t)
-	r := &Reconciler{MinInterval: time.Hour}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+	r := &Reconciler{MinInterval: time.Hour, Clock: clk}
 	g.Expect(r.throttle("a")).To(BeZero(), "the first count goes ahead")
-	g.Expect(r.throttle("a")).To(BeNumerically(">", 59*time.Minute), "the next waits out the interval")
+	clk.Step(time.Minute)
+	g.Expect(r.throttle("a")).To(Equal(59*time.Minute), "the next waits out the interval")
 	g.Expect(r.throttle("b")).To(BeZero(), "per policy")
-	r.counted["a"] = time.Now().Add(-time.Hour)
+	clk.Step(59 * time.Minute)
 	g.Expect(r.throttle("a")).To(BeZero(), "after the interval it goes ahead again")
+}
+
+// TestBudgetCountsAndEvents: the policy's status and metrics count its
+// maxUnavailable budget, and nodes starting and stopping to wait for it are
+// one Event each way, not one per node or per count.
+func TestBudgetCountsAndEvents(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	p := &gpuhealthv1alpha1.RemediationPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "budget"},
+		Spec:       gpuhealthv1alpha1.RemediationPolicySpec{NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "budget"}}},
+	}
+	g.Expect(k8sClient.Create(ctx, p)).To(Succeed())
+	setNode := func(name string, phase gpuhealthv1alpha1.NodeHealthPhase, blocking gpuhealthv1alpha1.BudgetName) {
+		nh := &gpuhealthv1alpha1.NodeHealth{}
+		if err := k8sClient.Get(ctx, types.NamespacedName{Name: name}, nh); err != nil {
+			g.Expect(k8sClient.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "budget"}}})).To(Succeed())
+			nh = &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: name}}
+			g.Expect(k8sClient.Create(ctx, nh)).To(Succeed())
+		}
+		nh.Status.Phase, nh.Status.BlockingBudget = phase, blocking
+		g.Expect(k8sClient.Status().Update(ctx, nh)).To(Succeed())
+	}
+	setNode("budget-a", gpuhealthv1alpha1.PhaseDraining, "")
+	setNode("budget-b", gpuhealthv1alpha1.PhaseQuarantined, gpuhealthv1alpha1.BudgetMaxUnavailable)
+	setNode("budget-c", gpuhealthv1alpha1.PhaseQuarantined, gpuhealthv1alpha1.BudgetMaxUnavailable)
+
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+	rec := events.NewFakeRecorder(10)
+	r := &Reconciler{Client: k8sClient, Clock: clk, Recorder: rec}
+	count := func() *gpuhealthv1alpha1.BudgetStatus {
+		clk.Step(time.Minute) // past the count interval
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		g.Expect(err).NotTo(HaveOccurred())
+		got := &gpuhealthv1alpha1.RemediationPolicy{}
+		g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
+		return got.Status.Budget
+	}
+
+	g.Expect(count()).To(Equal(&gpuhealthv1alpha1.BudgetStatus{Limit: 1, Unavailable: 1, Waiting: 2}), "10% of 3 nodes rounds up to 1")
+	g.Expect(testutil.ToFloat64(budgetWaiting.WithLabelValues(p.Name))).To(BeEquivalentTo(2))
+	g.Expect(testutil.ToFloat64(budgetUnavailable.WithLabelValues(p.Name))).To(BeEquivalentTo(1))
+	g.Expect(testutil.ToFloat64(budgetLimit.WithLabelValues(p.Name))).To(BeEquivalentTo(1))
+	g.Expect(rec.Events).To(Receive(HavePrefix("Warning BudgetExhausted 2 quarantined nodes wait")))
+
+	// budget-a returns and budget-b starts draining: one still waits, no new Event.
+	setNode("budget-a", gpuhealthv1alpha1.PhaseHealthy, "")
+	setNode("budget-b", gpuhealthv1alpha1.PhaseDraining, "")
+	g.Expect(count()).To(Equal(&gpuhealthv1alpha1.BudgetStatus{Limit: 1, Unavailable: 1, Waiting: 1}))
+	g.Expect(rec.Events).NotTo(Receive())
+
+	// None waits any more.
+	setNode("budget-c", gpuhealthv1alpha1.PhaseDraining, "")
+	g.Expect(count()).To(Equal(&gpuhealthv1alpha1.BudgetStatus{Limit: 1, Unavailable: 2}))
+	g.Expect(rec.Events).To(Receive(HavePrefix("Normal BudgetAvailable")))
+
+	// A deleted policy takes its metrics along.
+	series := testutil.CollectAndCount(budgetWaiting)
+	g.Expect(k8sClient.Delete(ctx, p)).To(Succeed())
+	clk.Step(time.Minute)
+	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(testutil.CollectAndCount(budgetWaiting)).To(Equal(series - 1))
+	g.Expect(r.counted).NotTo(HaveKey(p.Name), "nor is its count time kept")
 }

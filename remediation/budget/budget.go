@@ -6,6 +6,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
+// DefaultMaxUnavailable is a policy's maxUnavailable when it sets none.
+var DefaultMaxUnavailable = intstr.FromString("10%")
+
 // Limit resolves a count or percentage of total into a number of nodes.
 // Percentages round up, as a PodDisruptionBudget's maxUnavailable does, so
 // 10% of 3 nodes is 1. A nil limit means def. A malformed value fails closed
