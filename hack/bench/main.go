@@ -198,7 +198,7 @@ func run(sigCtx context.Context, o options) (err error) {
 
 	// 1. Raw client-go cordon.
 	logf("raw: cordoning %d nodes with %d unthrottled client-go workers", len(nodes), o.workers)
-	if res.Raw, err = h.rawCordon(ctx, nodes); err != nil {
+	if res.Raw, err = h.rawCordon(ctx, nodes, res); err != nil {
 		return err
 	}
 	logf("raw: %d nodes cordoned in %s; uncordoning", len(nodes), res.Raw.Round(time.Millisecond))

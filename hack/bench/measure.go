@@ -15,11 +15,12 @@ import (
 // returns the time from the first patch until every patch has returned and
 // the node watch has seen every node cordoned (the same end point as the
 // operator's measurement).
-func (h *harness) rawCordon(ctx context.Context, nodes []string) (time.Duration, error) {
+func (h *harness) rawCordon(ctx context.Context, nodes []string, res *results) (time.Duration, error) {
 	if err := h.nodes.arm(nodes); err != nil {
 		return 0, err
 	}
 	patch := []byte(`{"spec":{"unschedulable":true}}`)
+	cpu := takeCPU()
 	start := time.Now()
 	err := parallel(ctx, len(nodes), h.o.workers, func(ctx context.Context, i int) error {
 		_, err := h.cs.CoreV1().Nodes().Patch(ctx, nodes[i], types.MergePatchType, patch, metav1.PatchOptions{})
@@ -32,6 +33,7 @@ func (h *harness) rawCordon(ctx context.Context, nodes []string) (time.Duration,
 	if err := h.waitCordoned(ctx, len(nodes)); err != nil {
 		return 0, err
 	}
+	res.CPURaw = takeCPU().minus(cpu)
 	_, last := h.nodes.cordoned()
 	return max(returned, last.Sub(start)), nil
 }
@@ -105,6 +107,7 @@ func (h *harness) burst(ctx context.Context, op *operator, nodes []string, res *
 	if err := h.nodes.arm(nodes); err != nil {
 		return err
 	}
+	cpu := takeCPU()
 	start := time.Now()
 	if res.CreatesDone, err = h.createEvents(ctx, nodes); err != nil {
 		return fmt.Errorf("burst: %w", err)
@@ -112,6 +115,7 @@ func (h *harness) burst(ctx context.Context, op *operator, nodes []string, res *
 	if err := h.waitCordoned(ctx, len(nodes)); err != nil {
 		return err
 	}
+	res.CPUBurst = takeCPU().minus(cpu)
 	_, last := h.nodes.cordoned()
 	res.Operator = last.Sub(start)
 	if err := h.waitPhase(ctx, nodes, phaseQuarantined); err != nil {
@@ -211,14 +215,17 @@ func (h *harness) backlog(ctx context.Context, stop func(), start func() (*opera
 		return nil, err
 	}
 	var err error
+	cpu := takeCPU()
 	if res.BacklogCreates, err = h.createEvents(ctx, nodes); err != nil {
 		return nil, fmt.Errorf("backlog: %w", err)
 	}
+	res.CPUCreates = takeCPU().minus(cpu)
 	logf("backlog: %d events created in %s with no operator running; starting the operator", len(nodes), res.BacklogCreates.Round(time.Millisecond))
 	before, _, err := h.apiserverRequests(ctx)
 	if err != nil {
 		return nil, err
 	}
+	cpu = takeCPU()
 	begin := time.Now()
 	op, err := start()
 	if err != nil {
@@ -227,6 +234,7 @@ func (h *harness) backlog(ctx context.Context, stop func(), start func() (*opera
 	if err := h.waitCordoned(ctx, len(nodes)); err != nil {
 		return op, err
 	}
+	res.CPUBacklog = takeCPU().minus(cpu)
 	_, last := h.nodes.cordoned()
 	res.Backlog = last.Sub(begin)
 	after, _, err := h.apiserverRequests(ctx)

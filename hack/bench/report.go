@@ -56,6 +56,12 @@ type results struct {
 	// OperatorWrites are the operator's own client writes over the burst.
 	OperatorWrites reqCounts
 
+	// CPURaw, CPUCreates, CPUBurst and CPUBacklog are the CPU seconds every
+	// process on the machine used in the raw loop, the harness's creates
+	// alone, the burst and the backlog (until every node was seen
+	// cordoned); nil where /proc cannot be read.
+	CPURaw, CPUCreates, CPUBurst, CPUBacklog cpuSnapshot
+
 	// Latency are the single-event samples.
 	Latency []time.Duration
 
@@ -197,6 +203,7 @@ func (r *results) markdown() string {
 		p("| **Burst / (creates alone + raw)** | **%.2f×** | |", ratio(r.Operator, r.BacklogCreates+r.Raw))
 		p("")
 	}
+	r.cpuTable(p)
 	if len(r.Latency) > 0 {
 		s := append([]time.Duration(nil), r.Latency...)
 		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
@@ -233,6 +240,58 @@ func orNA(s string) string {
 func firstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\n")
 	return strings.TrimSpace(l)
+}
+
+// cpuTable prints the CPU every process used in each timed phase and what
+// it makes of the burst's floor: on a machine the raw loop already keeps
+// busy, the burst cannot take less wall time than the CPU of the harness's
+// creates and the raw cordons together, spread over every core.
+func (r *results) cpuTable(p func(string, ...any)) {
+	if r.CPURaw == nil || r.CPUBurst == nil {
+		return
+	}
+	type phase struct {
+		name string
+		cpu  cpuSnapshot
+		wall time.Duration
+	}
+	phases := []phase{{"raw", r.CPURaw, r.Raw}, {"burst", r.CPUBurst, r.Operator}}
+	if r.CPUCreates != nil && r.CPUBacklog != nil {
+		phases = append(phases, phase{"creates alone", r.CPUCreates, r.BacklogCreates}, phase{"backlog", r.CPUBacklog, r.Backlog})
+	}
+	head, sep := "| CPU seconds by process (user + system, from /proc), until every node is seen cordoned |", "|---|"
+	snaps := make([]cpuSnapshot, len(phases))
+	for i, ph := range phases {
+		head += " " + ph.name + " |"
+		sep += "---:|"
+		snaps[i] = ph.cpu
+	}
+	p("%s", head)
+	p("%s", sep)
+	for _, g := range cpuRows(snaps...) {
+		row := "| " + g + " |"
+		for _, ph := range phases {
+			row += fmt.Sprintf(" %.1f |", ph.cpu[g])
+		}
+		p("%s", row)
+	}
+	total, busy := "| **total** |", "| wall time · machine busy (total ÷ (cores × wall)) |"
+	for _, ph := range phases {
+		total += fmt.Sprintf(" **%.1f** |", ph.cpu.total())
+		busy += fmt.Sprintf(" %s · %.0f%% |", dur(ph.wall), 100*ph.cpu.total()/(float64(r.NProc)*ph.wall.Seconds()))
+	}
+	p("%s", total)
+	p("%s", busy)
+	p("")
+	if r.CPUCreates != nil {
+		floor := (r.CPUCreates.total() + r.CPURaw.total()) / float64(r.NProc)
+		p("| The burst's floor from CPU | |")
+		p("|---|---:|")
+		p("| (creates alone + raw) CPU ÷ %d cores | %.1f s |", r.NProc, floor)
+		p("| **÷ raw wall time: the least burst ratio this machine allows** | **%.2f×** |", floor/r.Raw.Seconds())
+		p("| burst ratio measured | %.2f× |", r.ratio())
+		p("")
+	}
 }
 
 // writesTable prints write counters by resource, per node of n, with
