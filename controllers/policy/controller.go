@@ -105,9 +105,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// phaseChanged passes the NodeHealth changes the counts see: its phase, or
+// the budget it waits for.
 var phaseChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld.(*gpuhealthv1alpha1.NodeHealth).Status.Phase != e.ObjectNew.(*gpuhealthv1alpha1.NodeHealth).Status.Phase
+		o, n := e.ObjectOld.(*gpuhealthv1alpha1.NodeHealth), e.ObjectNew.(*gpuhealthv1alpha1.NodeHealth)
+		return o.Status.Phase != n.Status.Phase || o.Status.BlockingBudget != n.Status.BlockingBudget
 	},
 }
 
@@ -187,14 +190,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		Unavailable: phases[gpuhealthv1alpha1.PhaseDraining] + phases[gpuhealthv1alpha1.PhaseRecertifying],
 		Waiting:     waiting,
 	}
-	r.budgetEvent(before, p)
 	setBudgetMetrics(p)
 	p.Status.ObservedGeneration = p.Generation
 	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
 		Type: ReadyCondition, Status: metav1.ConditionTrue, Reason: ReasonValid,
 		Message: fmt.Sprintf("managing %d nodes", len(managed)), ObservedGeneration: p.Generation, LastTransitionTime: now,
 	})
-	return ctrl.Result{}, r.patch(ctx, before, p)
+	if err := r.patch(ctx, before, p); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.budgetEvent(before, p)
+	return ctrl.Result{}, nil
 }
 
 // budgetEvent publishes one Event on the policy when nodes start waiting

@@ -15,6 +15,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/hack/testenv"
@@ -146,4 +147,18 @@ func TestBudgetCountsAndEvents(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(testutil.CollectAndCount(budgetWaiting)).To(Equal(series - 1))
 	g.Expect(r.counted).NotTo(HaveKey(p.Name), "nor is its count time kept")
+}
+
+// TestRecountsWhenANodeStartsWaiting: a node that starts or stops waiting
+// for a budget without changing phase still changes the counts.
+func TestRecountsWhenANodeStartsWaiting(t *testing.T) {
+	g := NewWithT(t)
+	old := &gpuhealthv1alpha1.NodeHealth{Status: gpuhealthv1alpha1.NodeHealthStatus{Phase: gpuhealthv1alpha1.PhaseQuarantined}}
+	waiting := old.DeepCopy()
+	waiting.Status.BlockingBudget = gpuhealthv1alpha1.BudgetMaxUnavailable
+	g.Expect(phaseChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: waiting})).To(BeTrue())
+	g.Expect(phaseChanged.Update(event.UpdateEvent{ObjectOld: waiting, ObjectNew: old})).To(BeTrue())
+	other := waiting.DeepCopy()
+	other.Status.Message = "a new message"
+	g.Expect(phaseChanged.Update(event.UpdateEvent{ObjectOld: waiting, ObjectNew: other})).To(BeFalse())
 }

@@ -242,10 +242,9 @@ func firstLine(s string) string {
 	return strings.TrimSpace(l)
 }
 
-// cpuTable prints the CPU every process used in each timed phase and what
-// it makes of the burst's floor: on a machine the raw loop already keeps
-// busy, the burst cannot take less wall time than the CPU of the harness's
-// creates and the raw cordons together, spread over every core.
+// cpuTable prints the CPU every process used in each timed phase, and how
+// busy that kept the machine: where it is near 100%, the phase's wall time
+// is the CPU it took, spread over the cores.
 func (r *results) cpuTable(p func(string, ...any)) {
 	if r.CPURaw == nil || r.CPUBurst == nil {
 		return
@@ -283,15 +282,6 @@ func (r *results) cpuTable(p func(string, ...any)) {
 	p("%s", total)
 	p("%s", busy)
 	p("")
-	if r.CPUCreates != nil {
-		floor := (r.CPUCreates.total() + r.CPURaw.total()) / float64(r.NProc)
-		p("| The burst's floor from CPU | |")
-		p("|---|---:|")
-		p("| (creates alone + raw) CPU ÷ %d cores | %.1f s |", r.NProc, floor)
-		p("| **÷ raw wall time: the least burst ratio this machine allows** | **%.2f×** |", floor/r.Raw.Seconds())
-		p("| burst ratio measured | %.2f× |", r.ratio())
-		p("")
-	}
 }
 
 // writesTable prints write counters by resource, per node of n, with
