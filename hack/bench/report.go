@@ -282,6 +282,16 @@ func (r *results) cpuTable(p func(string, ...any)) {
 	p("%s", total)
 	p("%s", busy)
 	p("")
+	// With the machine this busy, wall time follows CPU: the burst's CPU
+	// without the operator's is what the same burst would take with an
+	// operator that cost nothing.
+	all, others := r.CPUBurst.total()/r.CPURaw.total(), (r.CPUBurst.total()-r.CPUBurst["gpuhealth-operator"])/r.CPURaw.total()
+	p("| Burst CPU ÷ raw CPU (the machine is busy in both, so wall time follows CPU) | |")
+	p("|---|---:|")
+	p("| every process (compare the measured ratio, %.2f×) | %.2f× |", r.ratio(), all)
+	p("| every process but the operator: the ratio an operator that used no CPU would get | %.2f× |", others)
+	p("| the operator's share of the burst's CPU | %.0f%% |", 100*r.CPUBurst["gpuhealth-operator"]/r.CPUBurst.total())
+	p("")
 }
 
 // writesTable prints write counters by resource, per node of n, with
