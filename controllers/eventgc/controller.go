@@ -27,8 +27,16 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
 // conflictRecheck is how soon a node is looked at again when an event
-// changed between the read and the delete.
+// changed between the read and the delete, and the least wait for the next
+// due time.
 const conflictRecheck = time.Second
+
+// capGrace is how long an event must have been finished before the cap may
+// delete it (or the retention, when shorter): a monitor still flushing
+// occurrences from before the finding closed then updates the closed event
+// instead of creating it anew as an active one, and a finding that keeps
+// recurring is not deleted and re-created over and over.
+const capGrace = time.Hour
 
 // NodeIndex indexes NodeHealthEvents by spec.nodeName in the manager's
 // cache, under a name of this controller's own.
@@ -100,11 +108,16 @@ func eventNode(_ context.Context, o client.Object) []ctrl.Request {
 	return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}}}
 }
 
-// createdOrPhaseChanged passes new events (the initial list too) and phase
-// changes; a monitor's count updates of an active finding do not matter here.
+// createdOrPhaseChanged passes new events (the initial list too) and
+// changes of whether and when an event finished (a phase change, a finding
+// closed again at a new time); a monitor's count updates of an active
+// finding do not matter here.
 var createdOrPhaseChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld.(*gpuhealthv1alpha1.NodeHealthEvent).Status.Phase != e.ObjectNew.(*gpuhealthv1alpha1.NodeHealthEvent).Status.Phase
+		o, n := e.ObjectOld.(*gpuhealthv1alpha1.NodeHealthEvent), e.ObjectNew.(*gpuhealthv1alpha1.NodeHealthEvent)
+		oAt, oDone := finishedAt(o, false)
+		nAt, nDone := finishedAt(n, false)
+		return o.Status.Phase != n.Status.Phase || oDone != nDone || !oAt.Equal(nAt)
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
@@ -126,7 +139,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		nodeGone = true
 	}
-	plan := r.plan(events.Items, nodeGone, r.Clock.Now())
+	now := r.Clock.Now()
+	plan := r.plan(events.Items, nodeGone, now)
 
 	logger := log.FromContext(ctx)
 	requeue := false
@@ -153,7 +167,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: conflictRecheck}, nil
 	}
 	if !plan.next.IsZero() {
-		return ctrl.Result{RequeueAfter: plan.next.Sub(r.Clock.Now())}, nil
+		// At least a moment: a zero or negative RequeueAfter would not requeue.
+		return ctrl.Result{RequeueAfter: max(plan.next.Sub(now), conflictRecheck)}, nil
 	}
 	return ctrl.Result{}, nil
 }
@@ -170,7 +185,7 @@ type plan struct {
 	// when none will.
 	next time.Time
 	// overCap is how many events beyond MaxPerNode are kept because they
-	// are not finished.
+	// are not finished (finished ones still in their grace are not counted).
 	overCap int
 }
 
@@ -200,19 +215,35 @@ func (r *Reconciler) plan(items []gpuhealthv1alpha1.NodeHealthEvent, nodeGone bo
 		return strings.Compare(a.event.Name, b.event.Name)
 	})
 	if over := unfinished + len(kept) - r.MaxPerNode; r.MaxPerNode > 0 && over > 0 {
-		n := min(over, len(kept))
+		grace := capGrace
+		if r.Retention > 0 {
+			grace = min(grace, r.Retention)
+		}
+		// kept is oldest first: the ones finished long enough ago lead.
+		n := 0
+		for n < min(over, len(kept)) && !now.Before(kept[n].finished.Add(grace)) {
+			n++
+		}
 		out.deletes = append(out.deletes, kept[:n]...)
 		kept = kept[n:]
 		out.overCap = over - n
+		if out.overCap > 0 && len(kept) > 0 {
+			// Back when the next one's grace ends.
+			out.next = kept[0].finished.Add(grace)
+			out.overCap -= min(out.overCap, len(kept))
+		}
 	}
 	if r.Retention > 0 && len(kept) > 0 {
-		out.next = kept[0].finished.Add(r.Retention)
+		if due := kept[0].finished.Add(r.Retention); out.next.IsZero() || due.Before(out.next) {
+			out.next = due
+		}
 	}
 	return out
 }
 
 // finishedAt returns when an event finished, and whether it has: Resolved
-// at resolvedAt, Superseded at supersededAt (unless seen again since, which
+// at resolvedAt (unless the monitor has seen it again since, which the
+// operator has not judged yet), Superseded at supersededAt (unless seen again since, which
 // makes it active again whatever the phase still says), Ignored when last
 // seen. An event of a node that no longer exists finished when last seen.
 // Missing times fall back to the last sighting and then to the creation.
@@ -227,6 +258,11 @@ func finishedAt(e *gpuhealthv1alpha1.NodeHealthEvent, nodeGone bool) (time.Time,
 	}
 	switch st.Phase {
 	case gpuhealthv1alpha1.EventResolved:
+		if !st.Resolved {
+			// Seen again since it resolved; the operator has not judged it
+			// again yet.
+			return time.Time{}, false
+		}
 		if st.ResolvedAt != nil {
 			return st.ResolvedAt.Time, true
 		}

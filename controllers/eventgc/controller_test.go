@@ -15,6 +15,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -66,9 +67,9 @@ func names(ds []deletion) []string {
 
 // TestPlan: which events go, why, and when the next is due.
 func TestPlan(t *testing.T) {
-	resolvedOld := ev("n", "resolved-old", gpuhealthv1alpha1.EventResolved, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.ResolvedAt = ago(8 * day) })
-	resolvedNew := ev("n", "resolved-new", gpuhealthv1alpha1.EventResolved, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.ResolvedAt = ago(1 * day) })
-	resolvedNewer := ev("n", "resolved-newer", gpuhealthv1alpha1.EventResolved, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.ResolvedAt = ago(2 * time.Hour) })
+	resolvedOld := ev("n", "resolved-old", gpuhealthv1alpha1.EventResolved, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.Resolved, s.ResolvedAt = true, ago(8*day) })
+	resolvedNew := ev("n", "resolved-new", gpuhealthv1alpha1.EventResolved, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.Resolved, s.ResolvedAt = true, ago(1*day) })
+	resolvedNewer := ev("n", "resolved-newer", gpuhealthv1alpha1.EventResolved, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.Resolved, s.ResolvedAt = true, ago(2*time.Hour) })
 	activeOld := ev("n", "active-old", gpuhealthv1alpha1.EventActive, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.LastSeen = ago(30 * day) })
 	unjudged := ev("n", "unjudged", "", func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.LastSeen = ago(30 * day) })
 	supersededOld := ev("n", "superseded-old", gpuhealthv1alpha1.EventSuperseded, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) {
@@ -79,6 +80,8 @@ func TestPlan(t *testing.T) {
 	})
 	ignoredOld := ev("n", "ignored-old", gpuhealthv1alpha1.EventIgnored, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.LastSeen = ago(8 * day) })
 	ignoredSeen := ev("n", "ignored-seen", gpuhealthv1alpha1.EventIgnored, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.LastSeen = ago(time.Minute) })
+	// The monitor saw it again; the operator has not judged it again yet.
+	resolvedSeenAgain := ev("n", "resolved-seen-again", gpuhealthv1alpha1.EventResolved, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.LastSeen = ago(time.Minute) })
 
 	for _, tc := range []struct {
 		name     string
@@ -99,6 +102,16 @@ func TestPlan(t *testing.T) {
 		r:        Reconciler{Retention: 7 * day},
 		items:    []gpuhealthv1alpha1.NodeHealthEvent{resolvedNew, resolvedNewer, activeOld},
 		wantNext: 6 * day,
+	}, {
+		name:  "a resolved finding seen again is not finished, whatever its phase still says",
+		r:     Reconciler{Retention: time.Second, MaxPerNode: 1},
+		items: []gpuhealthv1alpha1.NodeHealthEvent{resolvedSeenAgain, activeOld},
+		want:  nil, wantOver: 1,
+	}, {
+		name:     "the cap leaves an event finished less than its grace ago, and comes back for it",
+		r:        Reconciler{MaxPerNode: 1},
+		items:    []gpuhealthv1alpha1.NodeHealthEvent{activeOld, ignoredSeen},
+		wantNext: capGrace - time.Minute,
 	}, {
 		name:  "no retention: finished events stay, nothing is due",
 		items: []gpuhealthv1alpha1.NodeHealthEvent{resolvedOld, activeOld},
@@ -300,4 +313,22 @@ func TestControllerCollectsOnPhaseChange(t *testing.T) {
 	g.Expect(testEnv.Client.Status().Update(ctx, fixed)).To(Succeed())
 	g.Eventually(func() bool { return exists(t, fixed.Name) }).WithTimeout(10 * time.Second).Should(BeFalse())
 	g.Expect(exists(t, active.Name)).To(BeTrue())
+}
+
+// TestWatchesWhenAFindingFinishesAgain: the controller looks again when an
+// event's finish changes, also without a phase change, and not on a
+// monitor's count update of an active finding.
+func TestWatchesWhenAFindingFinishesAgain(t *testing.T) {
+	g := NewWithT(t)
+	closed := ev("n", "e", gpuhealthv1alpha1.EventSuperseded, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) {
+		s.LastSeen, s.SupersededAt = ago(2*day), ago(day)
+	})
+	closedAgain := closed.DeepCopy()
+	closedAgain.Status.LastSeen, closedAgain.Status.SupersededAt = ago(time.Hour), ago(time.Minute)
+	g.Expect(createdOrPhaseChanged.Update(event.UpdateEvent{ObjectOld: &closed, ObjectNew: closedAgain})).To(BeTrue(), "closed again at a new time")
+
+	active := ev("n", "a", gpuhealthv1alpha1.EventActive, nil)
+	counted := active.DeepCopy()
+	counted.Status.Count, counted.Status.LastSeen = 2, ago(0)
+	g.Expect(createdOrPhaseChanged.Update(event.UpdateEvent{ObjectOld: &active, ObjectNew: counted})).To(BeFalse(), "a count update of an active finding")
 }

@@ -53,7 +53,8 @@ const (
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the apiserver.
 	Client client.Client
-	// Clock stamps conditions and spaces the counts.
+	// Clock stamps conditions and spaces the counts (a fake clock that never
+	// moves would hold every count after the first).
 	Clock clock.PassiveClock
 	// Recorder publishes the budget's Events on the policy.
 	Recorder events.EventRecorder
@@ -150,6 +151,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			Type: ReadyCondition, Status: metav1.ConditionFalse, Reason: ReasonInvalidSelector,
 			Message: fmt.Sprintf("nodeSelector does not parse: %v", err), ObservedGeneration: p.Generation, LastTransitionTime: now,
 		})
+		// It selects no node: no counts.
+		p.Status.ManagedNodes, p.Status.Phases, p.Status.Budget = 0, nil, nil
+		deleteBudgetMetrics(p.Name)
 		return ctrl.Result{}, r.patch(ctx, before, p)
 	}
 	nodes := &corev1.NodeList{}

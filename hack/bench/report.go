@@ -246,7 +246,7 @@ func firstLine(s string) string {
 // busy that kept the machine: where it is near 100%, the phase's wall time
 // is the CPU it took, spread over the cores.
 func (r *results) cpuTable(p func(string, ...any)) {
-	if r.CPURaw == nil || r.CPUBurst == nil {
+	if r.CPURaw.total() == 0 || r.CPUBurst == nil || r.Raw <= 0 || r.Operator <= 0 {
 		return
 	}
 	type phase struct {
