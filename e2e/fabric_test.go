@@ -11,6 +11,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/e2e/framework"
@@ -64,4 +66,14 @@ func TestFabricFaultTaintsTheClique(t *testing.T) {
 	g.Eventually(tainted).Should(BeEmpty(), "the taints go with the fault")
 	g.Eventually(phase("gpu-node-0"), 5*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	g.Eventually(func(g Gomega) bool { return node(g, "gpu-node-0").Spec.Unschedulable }).Should(BeFalse())
+
+	// The finding is over: the operator's garbage collector deletes it once
+	// it has been finished for the suite's --event-retention, through the
+	// shipped RBAC, and the monitor does not bring it back.
+	name := gpuhealthv1alpha1.EventName("gpu-node-0", gpuhealthv1alpha1.SourceNVML, gpuhealthv1alpha1.CheckFabric, framework.GPUUUID(0, 0), "UNHEALTHY")
+	gone := func() bool {
+		return apierrors.IsNotFound(env.Cluster.Client.Get(ctx, client.ObjectKey{Name: name}, &gpuhealthv1alpha1.NodeHealthEvent{}))
+	}
+	g.Eventually(gone, eventRetention+time.Minute).Should(BeTrue(), "collected after the retention")
+	g.Consistently(gone, 2*time.Second).Should(BeTrue(), "not re-created")
 }

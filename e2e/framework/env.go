@@ -41,6 +41,8 @@ type Options struct {
 	// PolicyPatch is a JSON merge patch applied to config/samples'
 	// default RemediationPolicy (shorter durations for a quick run).
 	PolicyPatch string
+	// OperatorArgs are extra flags for the operator.
+	OperatorArgs []string
 	// Log receives progress lines.
 	Log func(format string, args ...any)
 }
@@ -110,7 +112,7 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		}
 	}
 	o.Log("starting gpuhealth-operator as its service account")
-	if e.Operator, err = NewOperator(ctx, e.Cluster, e.Bins.Operator, o.Dir); err != nil {
+	if e.Operator, err = NewOperator(ctx, e.Cluster, e.Bins.Operator, o.Dir, o.OperatorArgs...); err != nil {
 		return e, err
 	}
 	if err := e.Operator.Start(ctx); err != nil {

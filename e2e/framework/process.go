@@ -168,8 +168,9 @@ func baseEnv() []string {
 }
 
 // NewOperator prepares the operator as a host process authenticated as the
-// gpuhealth-operator service account (config/rbac), so missing RBAC fails.
-func NewOperator(ctx context.Context, c *Cluster, bin, dir string) (*Process, error) {
+// gpuhealth-operator service account (config/rbac), so missing RBAC fails;
+// extra flags follow the framework's own.
+func NewOperator(ctx context.Context, c *Cluster, bin, dir string, extra ...string) (*Process, error) {
 	kc := filepath.Join(dir, "operator.kubeconfig")
 	if err := c.TokenKubeconfig(ctx, kc, Namespace, "gpuhealth-operator", ""); err != nil {
 		return nil, err
@@ -185,8 +186,8 @@ func NewOperator(ctx context.Context, c *Cluster, bin, dir string) (*Process, er
 	return &Process{
 		Name: "gpuhealth-operator", LogPath: filepath.Join(dir, "operator.log"), Health: health, Metrics: metrics, bin: bin,
 		// Leader election stays on (its Lease RBAC is part of what is tested).
-		args: []string{"--kubeconfig", kc, "--namespace", Namespace, "--leader-elect=true",
-			"--health-probe-bind-address", health, "--metrics-bind-address", metrics, "--zap-devel"},
+		args: append([]string{"--kubeconfig", kc, "--namespace", Namespace, "--leader-elect=true",
+			"--health-probe-bind-address", health, "--metrics-bind-address", metrics, "--zap-devel"}, extra...),
 		env: baseEnv(),
 	}, nil
 }
