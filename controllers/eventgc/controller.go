@@ -181,8 +181,9 @@ type deletion struct {
 
 type plan struct {
 	deletes []deletion
-	// next is when the earliest kept finished event's retention ends; zero
-	// when none will.
+	// next is when a kept finished event next becomes due: the earliest
+	// end of a retention, or of the cap's grace when the node is over the
+	// cap; zero when none will.
 	next time.Time
 	// overCap is how many events beyond MaxPerNode are kept because they
 	// are not finished (finished ones still in their grace are not counted).
@@ -242,10 +243,9 @@ func (r *Reconciler) plan(items []gpuhealthv1alpha1.NodeHealthEvent, nodeGone bo
 }
 
 // finishedAt returns when an event finished, and whether it has: Resolved
-// at resolvedAt (unless the monitor has seen it again since, which the
-// operator has not judged yet), Superseded at supersededAt (unless seen again since, which
-// makes it active again whatever the phase still says), Ignored when last
-// seen. An event of a node that no longer exists finished when last seen.
+// at resolvedAt, Superseded at supersededAt, Ignored when last seen. A
+// Resolved or Superseded finding seen again since is active again, whatever
+// the phase still says until the operator judges it again. An event of a node that no longer exists finished when last seen.
 // Missing times fall back to the last sighting and then to the creation.
 func finishedAt(e *gpuhealthv1alpha1.NodeHealthEvent, nodeGone bool) (time.Time, bool) {
 	st := &e.Status
