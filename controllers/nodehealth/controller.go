@@ -479,11 +479,8 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope, before **gpuhealth
 	if err := r.handleRequest(ctx, s); err != nil {
 		return err
 	}
-	switch s.machine.Phase() {
-	case gpuhealthv1alpha1.PhaseQuarantined, gpuhealthv1alpha1.PhaseDraining:
-		if !s.dryRun() && nodepkg.HumanUncordoned(s.node) {
-			return r.cancel(ctx, s)
-		}
+	if s.machine.Phase() != gpuhealthv1alpha1.PhaseHealthy && !s.dryRun() && nodepkg.HumanUncordoned(s.node) {
+		return r.cancel(ctx, s)
 	}
 
 	s.prevBlocking, s.nh.Status.BlockingBudget = s.nh.Status.BlockingBudget, ""

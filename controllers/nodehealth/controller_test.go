@@ -1,6 +1,7 @@
 package nodehealth
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -8,10 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/fsm"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
@@ -65,6 +68,8 @@ func TestFullCycle(t *testing.T) {
 	h.g.Expect(got.Status.Classification.Rule).To(Equal(DefaultRule))
 	h.g.Expect(got.Status.Classification.CatalogVersion).NotTo(BeEmpty())
 	h.g.Expect(got.Status.ObservedBy.To).To(Equal(quarantined))
+	h.g.Expect(h.events()).To(ContainElement(SatisfyAll(HavePrefix("Warning "+ReasonFault+" Healthy → Quarantined"), ContainSubstring("79"))),
+		"a Warning Event on the node names the fault")
 
 	// Draining → Recertifying once the kubelet removed the evicted pod; the reboot Job runs first.
 	h.g.Expect(h.playKubelet(n.Name)).To(Equal(1), "the workload pod was evicted")
@@ -103,6 +108,7 @@ func TestFullCycle(t *testing.T) {
 	h.g.Expect(gpuHealthyCondition(node).Status).To(Equal(corev1.ConditionTrue))
 	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: ev.Name}, got)).To(Succeed())
 	h.g.Expect(got.Status.Phase).To(Equal(gpuhealthv1alpha1.EventSuperseded))
+	h.g.Expect(h.events()).To(ContainElement(HavePrefix("Normal "+ReasonRecertified+" Recertifying → Healthy")), "a Normal Event on return")
 
 	// A later reconcile does not re-quarantine on the closed finding.
 	h.reconcile(n.Name)
@@ -213,6 +219,8 @@ func TestRecertificationFailsTwiceThenFailed(t *testing.T) {
 	h.g.Expect(last.By).To(ContainSubstring("manager "))
 	h.g.Expect(nh.Status.LastRequest.ID).To(Equal("inc-1"))
 	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeFalse())
+	h.g.Expect(h.events()).To(ContainElement(SatisfyAll(HavePrefix("Normal "+ReasonManualRelease+" Failed → Healthy"), ContainSubstring("sre"))),
+		"the release is published, with who asked")
 }
 
 // TestPreexistingCordonSurvivesACycle: a node a human had cordoned stays
@@ -250,11 +258,39 @@ func TestHumanUncordonCancels(t *testing.T) {
 	nh := h.nodeHealth(n.Name)
 	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
 	h.g.Expect(nh.Status.Reason).To(Equal(ReasonHumanUncordon))
+	h.g.Expect(nh.Status.History[len(nh.Status.History)-1].Reason).To(Equal(ReasonHumanUncordon), "recorded in the history")
+	h.g.Expect(h.events()).To(ContainElement(HavePrefix("Normal "+ReasonHumanUncordon+" Draining → Healthy")), "and in an Event")
 	node = h.getNode(n.Name)
 	h.g.Expect(node.Spec.Unschedulable).To(BeFalse())
 	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeFalse())
 	h.reconcile(n.Name)
 	h.g.Expect(h.phase(n.Name)).To(Equal(healthy), "the cancelled finding does not quarantine again")
+}
+
+// TestHumanUncordonOfAFailedNodeIsNotFought: a Failed node waits for a
+// human; one who uncordons it takes it back, and gpuhealth does not cordon
+// it again for the same findings.
+func TestHumanUncordonOfAFailedNodeIsNotFought(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Recertification.Job = jobTemplate() })
+	n := h.node("a", nil)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "54", gpuhealthv1alpha1.SeverityFatal) // ContactSupport
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(failed))
+
+	node := h.getNode(n.Name)
+	node.Spec.Unschedulable = false
+	h.g.Expect(k8sClient.Update(h.ctx, node)).To(Succeed())
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
+	h.g.Expect(nh.Status.Reason).To(Equal(ReasonHumanUncordon))
+	h.g.Expect(h.events()).To(ContainElement(HavePrefix("Normal " + ReasonHumanUncordon + " Failed → Healthy")))
+	h.reconcile(n.Name)
+	node = h.getNode(n.Name)
+	h.g.Expect(node.Spec.Unschedulable).To(BeFalse(), "not cordoned again")
+	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeFalse())
+	h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
 }
 
 // TestExcludedNodeIsNotTouched and TestDryRunTouchesNothing.
@@ -289,9 +325,13 @@ func TestDryRunTouchesNothing(t *testing.T) {
 	h.g.Expect(node.Spec.Unschedulable).To(BeFalse())
 	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeFalse())
 	h.g.Expect(node.Annotations).NotTo(HaveKey(nodepkg.AppliedAnnotation))
+	h.g.Expect(node.Labels).NotTo(HaveKey(nodepkg.PhaseLabel))
+	h.g.Expect(gpuHealthyCondition(node)).To(BeNil(), "no node condition")
 	pod := &corev1.Pod{}
 	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Namespace: "default", Name: "trainer-0"}, pod)).To(Succeed())
 	h.g.Expect(pod.DeletionTimestamp).To(BeNil(), "no pod is evicted")
+	h.g.Expect(h.jobExists(h.jobName(job.Recertification, n.Name, 1))).To(BeFalse(), "no Job")
+	h.g.Expect(h.events()).To(ContainElement(HavePrefix("Warning "+ReasonDryRun+" Healthy → Quarantined")), "the decision is published")
 }
 
 // TestBudgetDrainsOneAtATime: with maxUnavailable 1 and three faulty nodes
@@ -414,6 +454,7 @@ func TestCircuitBreaker(t *testing.T) {
 	got := &gpuhealthv1alpha1.RemediationPolicy{}
 	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
 	h.g.Expect(got.Status.CircuitBreaker.State).To(Equal(gpuhealthv1alpha1.BreakerOpen))
+	h.g.Expect(h.events()).To(ContainElement(HavePrefix("Warning "+ReasonCircuitBreakerOpen+" circuit breaker")), "a Warning Event on the policy")
 
 	// Recoveries are never blocked: a quarantined node returns.
 	h.finishJob(h.jobName(job.Recertification, names[0], 1), true)
@@ -550,4 +591,24 @@ func TestFenceFirst(t *testing.T) {
 	h.g.Expect(nh.Status.PreexistingCordon).To(BeTrue(), "known from the applied annotation across passes")
 	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: ev.Name}, got)).To(Succeed())
 	h.g.Expect(got.Status.Phase).To(Equal(gpuhealthv1alpha1.EventActive))
+}
+
+// TestIllegalTransitionIsCountedAndNotRecorded: an event the phase does not
+// allow is refused, counted, and leaves the status as it was.
+func TestIllegalTransitionIsCountedAndNotRecorded(t *testing.T) {
+	h := newHarness(t)
+	m, err := fsm.New(healthy)
+	h.g.Expect(err).NotTo(HaveOccurred())
+	nh := &gpuhealthv1alpha1.NodeHealth{Status: gpuhealthv1alpha1.NodeHealthStatus{Phase: healthy}}
+	s := &scope{node: &corev1.Node{}, nh: nh, machine: m, now: metav1.NewTime(h.clock.Now())}
+	before := testutil.ToFloat64(illegalTransitions.WithLabelValues(string(healthy), string(fsm.Pass)))
+
+	err = h.r.transition(h.ctx, s, fsm.Pass, ReasonRecertified, "", "")
+	var ite *fsm.IllegalTransitionError
+	h.g.Expect(errors.As(err, &ite)).To(BeTrue(), "got %v", err)
+	h.g.Expect(testutil.ToFloat64(illegalTransitions.WithLabelValues(string(healthy), string(fsm.Pass))) - before).To(BeEquivalentTo(1))
+	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
+	h.g.Expect(nh.Status.History).To(BeEmpty(), "nothing recorded")
+	h.g.Expect(s.unwritten).To(BeEmpty(), "nothing to write")
+	h.g.Expect(h.events()).To(BeEmpty(), "nothing published")
 }

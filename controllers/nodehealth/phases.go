@@ -517,8 +517,9 @@ func (r *Reconciler) supersede(s *scope) {
 	}
 }
 
-// cancel honours a human who uncordoned a quarantined or draining node: the
-// workflow for these findings ends, recorded, and gpuhealth does not fight it.
+// cancel honours a human who uncordoned a node gpuhealth had taken out of
+// service (Quarantined, Draining, Recertifying or Failed): the workflow for
+// these findings ends, recorded, and gpuhealth does not fight it.
 func (r *Reconciler) cancel(ctx context.Context, s *scope) error {
 	return r.closeFindings(ctx, s, fsm.Cancel, ReasonHumanUncordon,
 		"a human uncordoned the node; the workflow for its current findings is cancelled", "")

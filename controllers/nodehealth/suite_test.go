@@ -176,6 +176,20 @@ func (h *harness) reconcileOnce(node string) ctrl.Result {
 	return res
 }
 
+// events returns the Events published since the last call, each as
+// "Type Reason note".
+func (h *harness) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
 func (h *harness) nodeHealth(node string) *gpuhealthv1alpha1.NodeHealth {
 	h.t.Helper()
 	nh := &gpuhealthv1alpha1.NodeHealth{}

@@ -28,7 +28,7 @@ const (
 	FailRecertification Event = "FailRecertification"
 	// Fail gives a node up to a human: attempts exhausted, or a finding that asks for support or replacement.
 	Fail Event = "Fail"
-	// Cancel returns a node a human uncordoned while quarantined or draining.
+	// Cancel returns a node a human uncordoned while it was out of service.
 	Cancel Event = "Cancel"
 	// Release returns a node to service without recertification on a human's request.
 	Release Event = "Release"
@@ -61,7 +61,7 @@ var transitions = []Transition{
 	{Pass, []phase{recertifying}, healthy},
 	{FailRecertification, []phase{recertifying}, quarantined},
 	{Fail, []phase{healthy, quarantined, draining, recertifying}, failed},
-	{Cancel, []phase{quarantined, draining}, healthy},
+	{Cancel, []phase{quarantined, draining, recertifying, failed}, healthy},
 	{Release, []phase{quarantined, draining, recertifying, failed}, healthy},
 	{Retry, []phase{failed}, quarantined},
 }
