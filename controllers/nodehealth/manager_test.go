@@ -57,7 +57,8 @@ func startManager(t *testing.T) (stop func()) {
 }
 
 // TestOperatorRestartMidDrainResumes stops the operator while a PDB blocks
-// the drain, starts a new one, and checks that the node finishes the cycle
+// the drain, starts a new one, stops that one again while the
+// recertification Job runs, and checks that the node finishes the cycle
 // with exactly one recertification Job.
 func TestOperatorRestartMidDrainResumes(t *testing.T) {
 	h := newHarness(t)
@@ -108,7 +109,7 @@ func TestOperatorRestartMidDrainResumes(t *testing.T) {
 	stop()
 	setDisruptionsAllowed(1)
 	stop = startManager(t)
-	defer stop()
+	defer func() { stop() }()
 
 	var recert string
 	g.Eventually(func() bool {
@@ -124,12 +125,17 @@ func TestOperatorRestartMidDrainResumes(t *testing.T) {
 		recert = h.jobName(job.Recertification, n.Name, 1)
 		return h.jobExists(recert)
 	}, 30*time.Second, 100*time.Millisecond).Should(BeTrue(), "the new operator finishes the drain and starts recertification")
+
+	// Kill it again while the recertification Job runs: the next operator
+	// takes up that Job instead of making another.
+	stop()
+	stop = startManager(t)
 	h.finishJob(recert, true)
 	g.Eventually(func() gpuhealthv1alpha1.NodeHealthPhase { return h.phase(n.Name) }, 20*time.Second, 100*time.Millisecond).Should(Equal(healthy))
 
 	jobs := &batchv1.JobList{}
 	g.Expect(k8sClient.List(h.ctx, jobs, client.InNamespace(jobNamespace), client.MatchingLabels{job.NodeLabel: n.Name})).To(Succeed())
-	g.Expect(jobs.Items).To(HaveLen(1), "no duplicate Job after the restart")
+	g.Expect(jobs.Items).To(HaveLen(1), "no duplicate Job after either restart")
 	g.Expect(historyPhases(h.nodeHealth(n.Name))).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy, quarantined, draining, recertifying, healthy}))
 	g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeFalse())
 }
