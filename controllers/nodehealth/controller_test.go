@@ -240,6 +240,24 @@ func TestPreexistingCordonSurvivesACycle(t *testing.T) {
 	h.g.Expect(hasTaint(node, quarantineTaint)).To(BeFalse(), "our taint is lifted")
 }
 
+// TestPreexistingTaintSurvivesACycle: a node that already carried the
+// quarantine taint (another tool's, or a human's) keeps it after gpuhealth
+// returns the node, and the NodeHealth records it as pre-existing.
+func TestPreexistingTaintSurvivesACycle(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Recertification.SoakWindow = dur("0s") })
+	theirs := corev1.Taint{Key: quarantineTaint, Value: "ops-ticket-7", Effect: corev1.TaintEffectNoSchedule}
+	n := h.node("a", func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{theirs} })
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(historyPhases(nh)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy, quarantined, draining, recertifying, healthy}))
+	h.g.Expect(nh.Status.PreexistingTaints).To(ConsistOf(HaveField("Value", "ops-ticket-7")))
+	node := h.getNode(n.Name)
+	h.g.Expect(node.Spec.Taints).To(ContainElement(HaveField("Value", "ops-ticket-7")), "a taint that was there before is never lifted by us")
+	h.g.Expect(node.Spec.Unschedulable).To(BeFalse(), "our cordon is lifted")
+}
+
 // TestHumanUncordonCancels: uncordoning a draining node ends the workflow
 // for its findings, recorded, and gpuhealth does not fight it.
 func TestHumanUncordonCancels(t *testing.T) {
