@@ -128,3 +128,10 @@ const (
 	// PhaseFailed means the node needs a human; it stays cordoned until one acts.
 	PhaseFailed NodeHealthPhase = "Failed"
 )
+
+// UsesBudget says whether a node in this phase counts against the drain
+// budgets (maxUnavailable and the per-domain and per-clique ones): it is
+// Draining or Recertifying.
+func (p NodeHealthPhase) UsesBudget() bool {
+	return p == PhaseDraining || p == PhaseRecertifying
+}

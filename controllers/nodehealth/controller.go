@@ -239,7 +239,7 @@ var budgetFreed = predicate.Funcs{
 }
 
 func usesBudget(nh *gpuhealthv1alpha1.NodeHealth) bool {
-	return nh.Status.Phase == gpuhealthv1alpha1.PhaseDraining || nh.Status.Phase == gpuhealthv1alpha1.PhaseRecertifying
+	return nh.Status.Phase.UsesBudget()
 }
 
 // budgetFreedToWaiting wakes the nodes waiting for a budget.

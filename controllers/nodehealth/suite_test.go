@@ -176,6 +176,14 @@ func (h *harness) reconcileOnce(node string) ctrl.Result {
 	return res
 }
 
+// humanUncordon uncordons node as a human would (kubectl uncordon).
+func (h *harness) humanUncordon(name string) {
+	h.t.Helper()
+	node := h.getNode(name)
+	node.Spec.Unschedulable = false
+	h.g.Expect(k8sClient.Update(h.ctx, node)).To(Succeed())
+}
+
 // events returns the Events published since the last call, each as
 // "Type Reason note".
 func (h *harness) events() []string {

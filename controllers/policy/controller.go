@@ -169,7 +169,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("listing nodehealths: %w", err)
 	}
 	phases := map[gpuhealthv1alpha1.NodeHealthPhase]int32{}
-	var waiting int32
+	var unavailable, waiting int32
 	for i := range nhs.Items {
 		nh := &nhs.Items[i]
 		if !managed[nh.Name] {
@@ -177,6 +177,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		if ph := nh.Status.Phase; ph != "" {
 			phases[ph]++
+		}
+		if nh.Status.Phase.UsesBudget() {
+			unavailable++
 		}
 		if nh.Status.BlockingBudget == gpuhealthv1alpha1.BudgetMaxUnavailable {
 			waiting++
@@ -191,7 +194,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	p.Status.Budget = &gpuhealthv1alpha1.BudgetStatus{
 		Limit:       int32(limit),
-		Unavailable: phases[gpuhealthv1alpha1.PhaseDraining] + phases[gpuhealthv1alpha1.PhaseRecertifying],
+		Unavailable: unavailable,
 		Waiting:     waiting,
 	}
 	setBudgetMetrics(p)
