@@ -170,12 +170,19 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 	s.mu.Lock()
 	s.devices = devices
 	s.mu.Unlock()
-	s.Log.Info("Watching GPUs through NVML", "gpus", len(devices))
+	// Register for XIDs before announcing the watch: NVML delivers only
+	// XIDs raised after registration, so "watching" must mean registered.
+	set, registered, err := s.registerEvents(lib)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = set.Free() }()
+	s.Log.Info("Watching GPUs through NVML", "gpus", len(devices), "xidEvents", registered)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, 2)
-	go func() { errs <- s.watchEvents(ctx, lib, report) }()
+	go func() { errs <- s.watchEvents(ctx, lib, set, registered, report) }()
 	go func() { errs <- s.poll(ctx, report) }()
 	first := <-errs
 	cancel()
@@ -228,13 +235,13 @@ func busID(raw [32]int8) string {
 	return b.String()
 }
 
-// watchEvents reports XIDs from an NVML event set as they happen.
-func (s *Source) watchEvents(ctx context.Context, lib gonvml.Interface, report monitors.Reporter) error {
+// registerEvents creates the event set and registers every GPU that can
+// deliver XIDs through it; it returns how many could.
+func (s *Source) registerEvents(lib gonvml.Interface) (gonvml.EventSet, int, error) {
 	set, ret := lib.EventSetCreate()
 	if ret != gonvml.SUCCESS {
-		return fmt.Errorf("creating NVML event set: %s", lib.ErrorString(ret))
+		return nil, 0, fmt.Errorf("creating NVML event set: %s", lib.ErrorString(ret))
 	}
-	defer func() { _ = set.Free() }()
 	registered := 0
 	for _, d := range s.devices {
 		if ret := d.handle.RegisterEvents(gonvml.EventTypeXidCriticalError, set); ret != gonvml.SUCCESS {
@@ -243,6 +250,11 @@ func (s *Source) watchEvents(ctx context.Context, lib gonvml.Interface, report m
 		}
 		registered++
 	}
+	return set, registered, nil
+}
+
+// watchEvents reports XIDs from a registered NVML event set as they happen.
+func (s *Source) watchEvents(ctx context.Context, lib gonvml.Interface, set gonvml.EventSet, registered int, report monitors.Reporter) error {
 	if registered == 0 {
 		<-ctx.Done()
 		return nil

@@ -3,13 +3,17 @@ package nvml
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -78,7 +82,9 @@ func run(t *testing.T, scenario string, s *Source) (*recorder, func() error) {
 	if s.LibraryPath == "" {
 		s.LibraryPath = library
 	}
-	s.Log = logr.Discard()
+	if s.Log.GetSink() == nil {
+		s.Log = logr.Discard()
+	}
 	if s.PollInterval == 0 {
 		s.PollInterval = 50 * time.Millisecond
 	}
@@ -111,6 +117,37 @@ func TestLinkDownIsReportedAndResolved(t *testing.T) {
 	g.Expect(got[1].Resolved).To(BeTrue())
 	g.Expect(r.matching(gpuhealthv1alpha1.CheckNVLinkDown, uuid0+"/link-0", LinkDown)).To(BeEmpty(), "only the link that went down")
 	g.Expect(stop()).To(Succeed())
+}
+
+// "Watching GPUs" is what operators and the process tests wait for; an XID
+// raised the moment it is logged must arrive, so the event set has to be
+// registered before the line is written.
+func TestXIDRaisedAsWatchingIsLoggedArrives(t *testing.T) {
+	g := NewWithT(t)
+	var injected atomic.Bool
+	s := &Source{Log: funcr.New(func(_, args string) {
+		if strings.Contains(args, "Watching GPUs through NVML") {
+			// Into the scenario file run wrote; the library re-reads it.
+			appendFile(t, os.Getenv(fakenvml.ScenarioEnv), fmt.Sprintf("xid device=0 code=79 at=%s\n", fakenvml.At(time.Now())))
+			injected.Store(true)
+		}
+	}, funcr.Options{})}
+	r, stop := run(t, twoGPUs, s)
+	g.Eventually(injected.Load, 5*time.Second).Should(BeTrue())
+	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckXID, uuid0, "79") }, 5*time.Second).Should(HaveLen(1))
+	g.Expect(stop()).To(Succeed())
+}
+
+func appendFile(t *testing.T, path, data string) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer func() { _ = f.Close() }()
+	if _, err := f.WriteString(data); err != nil {
+		t.Error(err)
+	}
 }
 
 func TestLostGPUIsReportedOnce(t *testing.T) {
