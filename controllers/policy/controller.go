@@ -98,7 +98,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("remediationpolicy_status").
-		For(&gpuhealthv1alpha1.RemediationPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&gpuhealthv1alpha1.RemediationPolicy{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, breakerChanged))).
 		Watches(&gpuhealthv1alpha1.NodeHealth{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), builder.WithPredicates(phaseChanged)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		// One worker: counts are cheap and a single writer per policy status avoids conflicts.
@@ -113,6 +113,25 @@ var phaseChanged = predicate.Funcs{
 		o, n := e.ObjectOld.(*gpuhealthv1alpha1.NodeHealth), e.ObjectNew.(*gpuhealthv1alpha1.NodeHealth)
 		return o.Status.Phase != n.Status.Phase || o.Status.BlockingBudget != n.Status.BlockingBudget
 	},
+}
+
+// breakerChanged passes the nodehealth reconciler's writes of the breaker's
+// state, which the breaker metric mirrors.
+var breakerChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*gpuhealthv1alpha1.RemediationPolicy), e.ObjectNew.(*gpuhealthv1alpha1.RemediationPolicy)
+		return breakerState(o) != breakerState(n)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func breakerState(p *gpuhealthv1alpha1.RemediationPolicy) gpuhealthv1alpha1.BreakerState {
+	if p.Status.CircuitBreaker == nil {
+		return ""
+	}
+	return p.Status.CircuitBreaker.State
 }
 
 func (r *Reconciler) allPolicies(ctx context.Context, _ client.Object) []ctrl.Request {
@@ -136,13 +155,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	p := &gpuhealthv1alpha1.RemediationPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
 		if apierrors.IsNotFound(err) {
-			deleteBudgetMetrics(req.Name)
+			deletePolicyMetrics(req.Name)
 			r.mu.Lock()
 			delete(r.counted, req.Name)
 			r.mu.Unlock()
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	setBreakerMetric(p)
 	before := p.DeepCopy()
 	now := metav1.NewTime(r.Clock.Now())
 	sel, err := p.Selector()

@@ -71,6 +71,31 @@ func TestCountsByPhase(t *testing.T) {
 	g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 	g.Expect(got.Status.Conditions).To(ContainElement(HaveField("Reason", ReasonValid)))
 	g.Expect(got.Status.CircuitBreaker.State).To(Equal(gpuhealthv1alpha1.BreakerOpen), "the breaker's state is not ours to write")
+	g.Expect(testutil.ToFloat64(breakerOpen.WithLabelValues(p.Name))).To(BeEquivalentTo(1), "the metric mirrors the open breaker")
+
+	// The breaker closes (the nodehealth reconciler writes it): the metric follows.
+	got.Status.CircuitBreaker.State = gpuhealthv1alpha1.BreakerClosed
+	g.Expect(k8sClient.Status().Update(ctx, got)).To(Succeed())
+	r.Clock = clocktesting.NewFakeClock(since.Add(time.Minute))
+	_, err = r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(testutil.ToFloat64(breakerOpen.WithLabelValues(p.Name))).To(BeEquivalentTo(0))
+}
+
+// TestBreakerStateChangeIsWatched: the policy's own watch passes a change
+// of the breaker's state (a status write, no generation change), so the
+// metric follows it, and not the controller's own count writes.
+func TestBreakerStateChangeIsWatched(t *testing.T) {
+	g := NewWithT(t)
+	closed := &gpuhealthv1alpha1.RemediationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 1}}
+	closed.Status.CircuitBreaker = &gpuhealthv1alpha1.CircuitBreakerStatus{State: gpuhealthv1alpha1.BreakerClosed}
+	open := closed.DeepCopy()
+	open.Status.CircuitBreaker.State = gpuhealthv1alpha1.BreakerOpen
+	counted := closed.DeepCopy()
+	counted.Status.ManagedNodes = 7
+	g.Expect(breakerChanged.Update(event.UpdateEvent{ObjectOld: closed, ObjectNew: open})).To(BeTrue())
+	g.Expect(breakerChanged.Update(event.UpdateEvent{ObjectOld: &gpuhealthv1alpha1.RemediationPolicy{}, ObjectNew: open})).To(BeTrue(), "the first breaker status")
+	g.Expect(breakerChanged.Update(event.UpdateEvent{ObjectOld: closed, ObjectNew: counted})).To(BeFalse())
 }
 
 func TestCountsAtMostOncePerInterval(t *testing.T) {
