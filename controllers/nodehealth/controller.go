@@ -396,11 +396,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			forgetPhaseGauge(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	policy, err := r.policyFor(ctx, node)
-	if err != nil || policy == nil {
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if policy == nil {
+		forgetPhaseGauge(node.Name) // no longer managed: no phase to alert on
+		return ctrl.Result{}, nil
 	}
 	nh, err := r.ensureNodeHealth(ctx, node)
 	if err != nil {
@@ -408,6 +415,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}
 	s := &scope{node: node, nh: nh, policy: policy, now: metav1.NewTime(r.Clock.Now())}
 	before := nh.DeepCopy()
+	// The persisted phase, also when this pass writes nothing: a new leader
+	// publishes every node's phase on its first pass, so alerts on how long
+	// a node has been in a phase survive a fail-over.
+	phaseGauge(before)
 	// Registered first so it runs last, after the status write below: with
 	// an error the workqueue's backoff decides when to retry, not RequeueAfter.
 	defer func() {

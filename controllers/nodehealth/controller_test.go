@@ -572,6 +572,45 @@ func TestManualRecertifyAndHold(t *testing.T) {
 	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeFalse())
 }
 
+// TestPhaseGaugeFollowsTheNode: every pass publishes the persisted phase
+// (a new leader's first pass too, though it writes nothing), and a node
+// that leaves management or is deleted loses its series.
+func TestPhaseGaugeFollowsTheNode(t *testing.T) {
+	h := newHarness(t)
+	h.policy(nil)
+	n := h.node("a", nil)
+	h.reconcile(n.Name)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.reconcile(n.Name)
+	out := h.phase(n.Name)
+	h.g.Expect(out).NotTo(Equal(healthy))
+	gauge := func(p gpuhealthv1alpha1.NodeHealthPhase) float64 {
+		return testutil.ToFloat64(nodePhase.WithLabelValues(n.Name, string(p)))
+	}
+	h.g.Expect(gauge(out)).To(BeEquivalentTo(1))
+	h.g.Expect(gauge(healthy)).To(BeEquivalentTo(0))
+
+	// A restart: the series are gone from the new process until its first pass.
+	forgetPhaseGauge(n.Name)
+	series := testutil.CollectAndCount(nodePhase)
+	h.reconcile(n.Name)
+	h.g.Expect(testutil.CollectAndCount(nodePhase)).To(Equal(series+len(fsm.Phases())), "one series per phase again")
+	h.g.Expect(gauge(h.phase(n.Name))).To(BeEquivalentTo(1))
+
+	// Out of management: the policy no longer selects it.
+	node := h.getNode(n.Name)
+	delete(node.Labels, "test")
+	h.g.Expect(k8sClient.Update(h.ctx, node)).To(Succeed())
+	h.g.Eventually(func() int { h.reconcile(n.Name); return testutil.CollectAndCount(nodePhase) }).Should(Equal(series))
+
+	// Deleted.
+	node.Labels["test"] = h.label
+	h.g.Expect(k8sClient.Update(h.ctx, node)).To(Succeed())
+	h.g.Eventually(func() int { h.reconcile(n.Name); return testutil.CollectAndCount(nodePhase) }).Should(Equal(series + len(fsm.Phases())))
+	h.g.Expect(k8sClient.Delete(h.ctx, node)).To(Succeed())
+	h.g.Eventually(func() int { h.reconcile(n.Name); return testutil.CollectAndCount(nodePhase) }).Should(Equal(series))
+}
+
 // TestFenceFirst: the first pass after a quarantining finding writes the
 // fence (cordon, taint, label and the applied annotation) and nothing else;
 // the next pass records the transition.

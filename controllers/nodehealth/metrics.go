@@ -59,3 +59,9 @@ func phaseGauge(nh *gpuhealthv1alpha1.NodeHealth) {
 		nodePhase.WithLabelValues(nh.Name, string(p)).Set(v)
 	}
 }
+
+// forgetPhaseGauge removes the series of a node that is gone or no longer
+// managed, so no alert fires on a phase nobody tracks.
+func forgetPhaseGauge(node string) {
+	nodePhase.DeletePartialMatch(prometheus.Labels{labelNode: node})
+}
