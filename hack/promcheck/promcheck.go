@@ -1,0 +1,127 @@
+// Package promcheck checks the PromQL the project ships (alert rules in
+// config/prometheus, the dashboard in config/grafana) against Prometheus's
+// own parser and against the metrics gpuhealth really exports, so a renamed
+// metric breaks a test instead of silently emptying a panel or an alert.
+package promcheck
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+
+	"github.com/prometheus/prometheus/promql/parser"
+)
+
+// External lists the metrics of libraries gpuhealth's processes register
+// (controller-runtime, client-go's leader election and workqueues) that the
+// shipped PromQL may use.
+var External = map[string]bool{
+	"leader_election_master_status":               true,
+	"workqueue_depth":                             true,
+	"workqueue_queue_duration_seconds":            true,
+	"workqueue_work_duration_seconds":             true,
+	"workqueue_retries_total":                     true,
+	"controller_runtime_reconcile_total":          true,
+	"controller_runtime_reconcile_errors_total":   true,
+	"controller_runtime_reconcile_time_seconds":   true,
+	"controller_runtime_active_workers":           true,
+	"controller_runtime_max_concurrent_reconciles": true,
+}
+
+// histogramSuffixes are the series a histogram exports beside its name.
+var histogramSuffixes = []string{"_bucket", "_sum", "_count"}
+
+// metricName matches the Name of a prometheus.*Opts literal.
+var metricName = regexp.MustCompile(`Name:\s+"(gpuhealth_[a-z0-9_]+)"`)
+
+// RepoRoot is the repository's root, found from this file.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Known returns the gpuhealth_* metric names declared in the non-test Go
+// files of the operator's and the monitor's packages.
+func Known() (map[string]bool, error) {
+	known := map[string]bool{}
+	root := RepoRoot()
+	for _, dir := range []string{"controllers", "monitors", "remediation", "cmd"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range metricName.FindAllSubmatch(b, -1) {
+				known[string(m[1])] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(known) == 0 {
+		return nil, fmt.Errorf("no gpuhealth_ metric found under %s", root)
+	}
+	return known, nil
+}
+
+// Parser parses PromQL as a default Prometheus server does.
+var Parser = parser.NewParser(parser.Options{})
+
+// Metrics parses expr and returns the metric names its selectors name.
+func Metrics(expr string) ([]string, error) {
+	e, err := Parser.ParseExpr(expr)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok && vs.Name != "" {
+			seen[vs.Name] = true
+		}
+		return nil
+	})
+	out := make([]string, 0, len(seen))
+	for name := range seen {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Unknown returns the metric names expr uses that no gpuhealth process
+// exports.
+func Unknown(expr string, known map[string]bool) ([]string, error) {
+	names, err := Metrics(expr)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		if !exported(n, known) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func exported(name string, known map[string]bool) bool {
+	if known[name] || External[name] {
+		return true
+	}
+	for _, s := range histogramSuffixes {
+		if base, ok := strings.CutSuffix(name, s); ok && (known[base] || External[base]) {
+			return true
+		}
+	}
+	return false
+}
