@@ -21,15 +21,15 @@ import (
 // (controller-runtime, client-go's leader election and workqueues) that the
 // shipped PromQL may use.
 var External = map[string]bool{
-	"leader_election_master_status":               true,
-	"workqueue_depth":                             true,
-	"workqueue_queue_duration_seconds":            true,
-	"workqueue_work_duration_seconds":             true,
-	"workqueue_retries_total":                     true,
-	"controller_runtime_reconcile_total":          true,
-	"controller_runtime_reconcile_errors_total":   true,
-	"controller_runtime_reconcile_time_seconds":   true,
-	"controller_runtime_active_workers":           true,
+	"leader_election_master_status":                true,
+	"workqueue_depth":                              true,
+	"workqueue_queue_duration_seconds":             true,
+	"workqueue_work_duration_seconds":              true,
+	"workqueue_retries_total":                      true,
+	"controller_runtime_reconcile_total":           true,
+	"controller_runtime_reconcile_errors_total":    true,
+	"controller_runtime_reconcile_time_seconds":    true,
+	"controller_runtime_active_workers":            true,
 	"controller_runtime_max_concurrent_reconciles": true,
 }
 

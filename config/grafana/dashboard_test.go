@@ -1,0 +1,229 @@
+package grafana_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"regexp"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/prometheus/promql/promqltest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuhealth/gpuhealth/hack/promcheck"
+)
+
+const file = "gpuhealth-dashboard.json"
+
+type dashboard struct {
+	Title      string  `json:"title"`
+	UID        string  `json:"uid"`
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name string `json:"name"`
+			Type string `json:"type"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+type panel struct {
+	ID          int    `json:"id"`
+	Type        string `json:"type"`
+	Title       string `json:"title"`
+	Description string `json:"description"`
+	GridPos     struct {
+		H, W, X, Y int
+	} `json:"gridPos"`
+	Datasource *struct {
+		UID string `json:"uid"`
+	} `json:"datasource"`
+	Targets []struct {
+		Expr       string `json:"expr"`
+		RefID      string `json:"refId"`
+		Datasource struct {
+			UID string `json:"uid"`
+		} `json:"datasource"`
+	} `json:"targets"`
+}
+
+func load(t *testing.T) dashboard {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	var d dashboard
+	NewWithT(t).Expect(json.Unmarshal(b, &d)).To(Succeed())
+	return d
+}
+
+// variable matches a Grafana variable reference in a query.
+var variable = regexp.MustCompile(`\$\{?(\w+)\}?`)
+
+// builtins are Grafana's own variables the queries may use, with the value
+// the tests give them.
+var builtins = map[string]string{"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
+
+// expand replaces the variables of a query as Grafana would for "All".
+func expand(expr string) string {
+	return variable.ReplaceAllStringFunc(expr, func(m string) string {
+		name := variable.FindStringSubmatch(m)[1]
+		if v, ok := builtins[name]; ok {
+			return v
+		}
+		return ".*"
+	})
+}
+
+// TestDashboardIsWellFormed: unique panel ids, every panel described and
+// on the grid without overlaps, every query on the datasource variable,
+// using only defined variables and metrics gpuhealth exports.
+func TestDashboardIsWellFormed(t *testing.T) {
+	g := NewWithT(t)
+	d := load(t)
+	g.Expect(d.UID).To(Equal("gpuhealth"))
+	g.Expect(d.Title).NotTo(BeEmpty())
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+	}
+	g.Expect(vars).To(HaveKey("datasource"))
+	known, err := promcheck.Known()
+	g.Expect(err).NotTo(HaveOccurred())
+
+	ids := map[int]bool{}
+	cells := map[[2]int]string{}
+	for _, p := range d.Panels {
+		g.Expect(ids).NotTo(HaveKey(p.ID), "panel ids are unique: %s", p.Title)
+		ids[p.ID] = true
+		g.Expect(p.GridPos.W).To(BeNumerically(">", 0), p.Title)
+		g.Expect(p.GridPos.X+p.GridPos.W).To(BeNumerically("<=", 24), p.Title)
+		for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
+			for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
+				g.Expect(cells).NotTo(HaveKey([2]int{x, y}), "%q overlaps %q", p.Title, cells[[2]int{x, y}])
+				cells[[2]int{x, y}] = p.Title
+			}
+		}
+		if p.Type == "row" {
+			continue
+		}
+		g.Expect(p.Description).NotTo(BeEmpty(), p.Title)
+		g.Expect(p.Datasource).NotTo(BeNil(), p.Title)
+		g.Expect(p.Datasource.UID).To(Equal("${datasource}"), p.Title)
+		g.Expect(p.Targets).NotTo(BeEmpty(), p.Title)
+		refs := map[string]bool{}
+		for _, tg := range p.Targets {
+			g.Expect(refs).NotTo(HaveKey(tg.RefID), p.Title)
+			refs[tg.RefID] = true
+			g.Expect(tg.Datasource.UID).To(Equal("${datasource}"), p.Title)
+			for _, m := range variable.FindAllStringSubmatch(tg.Expr, -1) {
+				_, builtin := builtins[m[1]]
+				g.Expect(builtin || vars[m[1]]).To(BeTrue(), "%s: variable $%s is defined", p.Title, m[1])
+			}
+			unknown, err := promcheck.Unknown(expand(tg.Expr), known)
+			g.Expect(err).NotTo(HaveOccurred(), "%s: %s", p.Title, tg.Expr)
+			g.Expect(unknown).To(BeEmpty(), "%s names metrics no gpuhealth process exports", p.Title)
+		}
+	}
+}
+
+// series are an hour of the metrics the dashboard reads, shaped as a small
+// fleet exports them: two operator replicas during a hand-over, two nodes'
+// monitors.
+const series = `load 1m
+	gpuhealth_nodehealth_phase{node="gpu-1",phase="Healthy",pod="op-a"} 1x60
+	gpuhealth_nodehealth_phase{node="gpu-1",phase="Failed",pod="op-a"} 0x60
+	gpuhealth_nodehealth_phase{node="gpu-2",phase="Healthy",pod="op-a"} 0x60
+	gpuhealth_nodehealth_phase{node="gpu-2",phase="Failed",pod="op-a"} 1x60
+	gpuhealth_nodehealth_phase{node="gpu-2",phase="Failed",pod="op-b"} 1x60
+	gpuhealth_nodehealth_transitions_total{from="Healthy",to="Quarantined",reason="Fault"} 0+1x60
+	gpuhealth_policy_circuit_breaker_open{policy="default"} 0x60
+	gpuhealth_policy_budget_limit_nodes{policy="default"} 1x60
+	gpuhealth_policy_budget_unavailable_nodes{policy="default"} 1x60
+	gpuhealth_policy_budget_waiting_nodes{policy="default"} 2x60
+	gpuhealth_monitor_findings_total{node="gpu-1",source="nvml",check="XID",severity="Fatal"} 0+2x60
+	gpuhealth_monitor_publish_latency_seconds_bucket{node="gpu-1",le="0.05"} 0+1x60
+	gpuhealth_monitor_publish_latency_seconds_bucket{node="gpu-1",le="0.5"} 0+2x60
+	gpuhealth_monitor_publish_latency_seconds_bucket{node="gpu-1",le="+Inf"} 0+2x60
+	gpuhealth_monitor_source_up{node="gpu-1",source="nvml"} 1x60
+	gpuhealth_monitor_source_up{node="gpu-1",source="dcgm"} 0x60
+	gpuhealth_monitor_spool_records{node="gpu-1"} 0x60
+	gpuhealth_monitor_publish_errors_total{node="gpu-1",reason="Unavailable"} 0+1x60
+	gpuhealth_monitor_findings_dropped_total{node="gpu-1",reason="SpoolFull",severity="Info"} 0+1x60
+	leader_election_master_status{name="gpuhealth-operator.gpuhealth.dev",pod="op-a"} 1x60
+	workqueue_depth{name="nodehealth"} 3x60
+	workqueue_depth{name="other_controller"} 9x60
+	controller_runtime_reconcile_errors_total{controller="nodehealth"} 0+1x60
+	gpuhealth_nodehealthevents_deleted_total{reason="retention"} 0+1x60
+`
+
+// TestEveryQueryReturnsData runs each query at the end of the hour: a
+// query that returns nothing over series that have its metrics has a wrong
+// label, matcher or aggregation.
+func TestEveryQueryReturnsData(t *testing.T) {
+	d := load(t)
+	storage := promqltest.LoadedStorage(t, series)
+	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000)
+	at := time.Unix(0, 0).UTC().Add(60 * time.Minute)
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			t.Run(p.Title+"/"+tg.RefID, func(t *testing.T) {
+				g := NewWithT(t)
+				q, err := engine.NewInstantQuery(context.Background(), storage, nil, expand(tg.Expr), at)
+				g.Expect(err).NotTo(HaveOccurred())
+				defer q.Close()
+				res := q.Exec(context.Background())
+				g.Expect(res.Err).NotTo(HaveOccurred())
+				v, err := res.Vector()
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(v).NotTo(BeEmpty(), tg.Expr)
+			})
+		}
+	}
+}
+
+// TestNodesNotHealthyFoldsReplicas: during a leader hand-over both
+// replicas report a node; the dashboard counts it once.
+func TestNodesNotHealthyFoldsReplicas(t *testing.T) {
+	g := NewWithT(t)
+	d := load(t)
+	storage := promqltest.LoadedStorage(t, series)
+	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000)
+	for _, p := range d.Panels {
+		if p.Title != "Nodes by phase" {
+			continue
+		}
+		q, err := engine.NewInstantQuery(context.Background(), storage, nil, expand(p.Targets[0].Expr), time.Unix(3600, 0))
+		g.Expect(err).NotTo(HaveOccurred())
+		v, err := q.Exec(context.Background()).Vector()
+		g.Expect(err).NotTo(HaveOccurred())
+		byPhase := map[string]float64{}
+		for _, s := range v {
+			byPhase[s.Metric.Get("phase")] = s.F
+		}
+		g.Expect(byPhase).To(Equal(map[string]float64{"Healthy": 1, "Failed": 1}))
+		return
+	}
+	t.Fatal("no panel Nodes by phase")
+}
+
+// TestKustomizationShipsTheDashboard: `kubectl apply -k config/grafana`
+// makes the ConfigMap Grafana's sidecar looks for.
+func TestKustomizationShipsTheDashboard(t *testing.T) {
+	g := NewWithT(t)
+	b, err := os.ReadFile("kustomization.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	var k struct {
+		GeneratorOptions struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"generatorOptions"`
+		ConfigMapGenerator []struct {
+			Files []string `json:"files"`
+		} `json:"configMapGenerator"`
+	}
+	g.Expect(yaml.Unmarshal(b, &k)).To(Succeed())
+	g.Expect(k.GeneratorOptions.Labels).To(HaveKeyWithValue("grafana_dashboard", "1"))
+	g.Expect(k.ConfigMapGenerator).To(HaveLen(1))
+	g.Expect(k.ConfigMapGenerator[0].Files).To(ConsistOf(file))
+}
