@@ -140,15 +140,19 @@ var cases = map[string][]alertCase{
 				"gpuhealth_nodehealth_phase{node=\"gpu-2\",phase=\"Failed\"} 0x10\n" +
 				"gpuhealth_nodehealth_phase{node=\"gpu-2\",phase=\"Draining\"} 1x10"},
 		{name: "failed for less than five minutes", at: 4 * time.Minute, series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Failed"} 1x10`},
+		{name: "returned ten minutes ago", at: 30 * time.Minute, series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Failed"} 1x20 0x10`},
 		{name: "two replicas report it during a hand-over", at: 6 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
 			series: "gpuhealth_nodehealth_phase{node=\"gpu-1\",phase=\"Failed\",pod=\"a\"} 1x10\n" +
 				"gpuhealth_nodehealth_phase{node=\"gpu-1\",phase=\"Failed\",pod=\"b\"} 1x10"},
 	},
 	"GPUHealthDrainStuck": {
-		{name: "draining for 70 minutes", at: 70 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
-			series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Draining"} 1x80`},
-		{name: "draining for 50 minutes", at: 50 * time.Minute, series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Draining"} 1x80`},
-		{name: "drained after 40 minutes", at: 80 * time.Minute, series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Draining"} 1x40 0x40`},
+		{name: "draining for 130 minutes", at: 130 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
+			series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Draining"} 1x140`},
+		{name: "draining for 110 minutes", at: 110 * time.Minute, series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Draining"} 1x140`},
+		{name: "drained after 40 minutes", at: 140 * time.Minute, series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Draining"} 1x40 0x100`},
+		{name: "a leader fail-over on the way does not restart the clock", at: 130 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
+			series: "gpuhealth_nodehealth_phase{node=\"gpu-1\",phase=\"Draining\",pod=\"a\"} 1x100 stale\n" +
+				"gpuhealth_nodehealth_phase{node=\"gpu-1\",phase=\"Draining\",pod=\"b\"} _x103 1x40"},
 	},
 	"GPUHealthRecertificationStuck": {
 		{name: "recertifying for 190 minutes", at: 190 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
@@ -161,8 +165,10 @@ var cases = map[string][]alertCase{
 		{name: "nodes waited 20 minutes", at: 40 * time.Minute, series: `gpuhealth_policy_budget_waiting_nodes{policy="gpu"} 2x20 0x30`},
 	},
 	"GPUHealthIllegalTransition": {
-		{name: "the first one: a new series", at: 21 * time.Minute, firing: []map[string]string{{"phase": "Healthy", "event": "pass"}},
-			series: `gpuhealth_nodehealth_illegal_transitions_total{phase="Healthy",event="pass"} _x20 1x40`},
+		{name: "the first one", at: 21 * time.Minute, firing: []map[string]string{{"phase": "Healthy", "event": "pass"}},
+			series: `gpuhealth_nodehealth_illegal_transitions_total{phase="Healthy",event="pass"} 0x20 1x40`},
+		{name: "an old one seen again after a scrape gap", at: 41 * time.Minute,
+			series: `gpuhealth_nodehealth_illegal_transitions_total{phase="Healthy",event="pass"} 1x10 _x20 1x40`},
 		{name: "another one", at: 41 * time.Minute, firing: []map[string]string{{"phase": "Healthy", "event": "pass"}},
 			series: `gpuhealth_nodehealth_illegal_transitions_total{phase="Healthy",event="pass"} 1x40 2x20`},
 		{name: "none for an hour", at: 60 * time.Minute, series: `gpuhealth_nodehealth_illegal_transitions_total{phase="Healthy",event="pass"} 1x60`},
@@ -181,7 +187,7 @@ var cases = map[string][]alertCase{
 	},
 	"GPUHealthFindingsDropped": {
 		{name: "the first drop", at: 11 * time.Minute, firing: []map[string]string{{"node": "gpu-1", "reason": "SpoolFull"}},
-			series: `gpuhealth_monitor_findings_dropped_total{node="gpu-1",reason="SpoolFull",severity="Info"} _x10 1x30`},
+			series: `gpuhealth_monitor_findings_dropped_total{node="gpu-1",reason="SpoolFull",severity="Info"} 0x10 1x30`},
 		{name: "old drops only", at: 60 * time.Minute, series: `gpuhealth_monitor_findings_dropped_total{node="gpu-1",reason="SpoolFull",severity="Info"} 4x60`},
 	},
 }

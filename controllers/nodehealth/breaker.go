@@ -16,8 +16,7 @@ import (
 )
 
 const (
-	defaultBreakerWindow   = 10 * time.Minute
-	defaultBreakerCoolDown = 30 * time.Minute
+	defaultBreakerWindow = 10 * time.Minute
 	// breakerRecheck is how often a node held back by an open breaker
 	// looks again (a reset annotation enqueues it sooner).
 	breakerRecheck = time.Minute
@@ -40,7 +39,7 @@ func (r *Reconciler) allowQuarantine(ctx context.Context, s *scope) (bool, error
 	if err != nil {
 		return false, err
 	}
-	settings := breaker.Settings{Limit: limit, Window: cb.Window.Get(defaultBreakerWindow), CoolDown: cb.CoolDown.Get(defaultBreakerCoolDown)}
+	settings := breaker.Settings{Limit: limit, Window: cb.Window.Get(defaultBreakerWindow), CoolDown: cb.CoolDown.Get(breaker.DefaultCoolDown)}
 	key := s.policy.Name
 	if !r.Breaker.Seeded(key) {
 		if err := r.seedBreaker(ctx, s, settings.Window); err != nil {

@@ -416,8 +416,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	s := &scope{node: node, nh: nh, policy: policy, now: metav1.NewTime(r.Clock.Now())}
 	before := nh.DeepCopy()
 	// The persisted phase, also when this pass writes nothing: a new leader
-	// publishes every node's phase on its first pass, so alerts on how long
-	// a node has been in a phase survive a fail-over.
+	// publishes every node's phase on its first pass (the alert rules bridge
+	// the gap until then, config/prometheus/rules.yaml).
 	phaseGauge(before)
 	// Registered first so it runs last, after the status write below: with
 	// an error the workqueue's backoff decides when to retry, not RequeueAfter.

@@ -597,6 +597,16 @@ func TestPhaseGaugeFollowsTheNode(t *testing.T) {
 	h.g.Expect(testutil.CollectAndCount(nodePhase)).To(Equal(series+len(fsm.Phases())), "one series per phase again")
 	h.g.Expect(gauge(h.phase(n.Name))).To(BeEquivalentTo(1))
 
+	// Excluded from management by a human: no phase series.
+	nh := h.nodeHealth(n.Name)
+	nh.Spec.Exclude = true
+	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
+	h.g.Eventually(func() int { h.reconcile(n.Name); return testutil.CollectAndCount(nodePhase) }).Should(Equal(series))
+	nh = h.nodeHealth(n.Name)
+	nh.Spec.Exclude = false
+	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
+	h.g.Eventually(func() int { h.reconcile(n.Name); return testutil.CollectAndCount(nodePhase) }).Should(Equal(series + len(fsm.Phases())))
+
 	// Out of management: the policy no longer selects it.
 	node := h.getNode(n.Name)
 	delete(node.Labels, "test")

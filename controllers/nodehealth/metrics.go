@@ -47,10 +47,22 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase, staleDaemonPodsDeleted, budgetBlocked)
+	// Every series from zero, so the first illegal transition is an
+	// increase() an alert sees, not a new series at 1.
+	for _, p := range fsm.Phases() {
+		for _, e := range fsm.Events() {
+			illegalTransitions.WithLabelValues(string(p), string(e))
+		}
+	}
 }
 
-// phaseGauge publishes the node's current phase.
+// phaseGauge publishes the node's current phase. An excluded node has none
+// gpuhealth tracks (it is left as it is), so no alert fires on it.
 func phaseGauge(nh *gpuhealthv1alpha1.NodeHealth) {
+	if nh.Spec.Exclude {
+		forgetPhaseGauge(nh.Name)
+		return
+	}
 	for _, p := range fsm.Phases() {
 		v := 0.0
 		if p == nh.Status.Phase {

@@ -116,13 +116,14 @@ var phaseChanged = predicate.Funcs{
 }
 
 // breakerChanged passes the nodehealth reconciler's writes of the breaker's
-// state, which the breaker metric mirrors.
+// state and a reset request, which the breaker metric follows.
 var breakerChanged = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return false },
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*gpuhealthv1alpha1.RemediationPolicy), e.ObjectNew.(*gpuhealthv1alpha1.RemediationPolicy)
-		return breakerState(o) != breakerState(n)
+		return breakerState(o) != breakerState(n) ||
+			o.Annotations[gpuhealthv1alpha1.ResetCircuitBreakerAnnotation] != n.Annotations[gpuhealthv1alpha1.ResetCircuitBreakerAnnotation]
 	},
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
@@ -162,9 +163,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	setBreakerMetric(p)
-	before := p.DeepCopy()
 	now := metav1.NewTime(r.Clock.Now())
+	// Looked at again when an open breaker's cool-down ends, so the metric
+	// drops then even when no node asks the breaker.
+	breakerRecheck := setBreakerMetric(p, now.Time)
+	before := p.DeepCopy()
 	sel, err := p.Selector()
 	if err != nil {
 		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
@@ -174,7 +177,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// It selects no node: no counts.
 		p.Status.ManagedNodes, p.Status.Phases, p.Status.Budget = 0, nil, nil
 		deleteBudgetMetrics(p.Name)
-		return ctrl.Result{}, r.patch(ctx, before, p)
+		return ctrl.Result{RequeueAfter: breakerRecheck}, r.patch(ctx, before, p)
 	}
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
@@ -227,7 +230,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	r.budgetEvent(before, p)
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: breakerRecheck}, nil
 }
 
 // budgetEvent publishes one Event on the policy when nodes start waiting

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -61,8 +62,9 @@ func TestCountsByPhase(t *testing.T) {
 		g.Expect(k8sClient.Status().Update(ctx, nh)).To(Succeed())
 	}
 	r := &Reconciler{Client: k8sClient, Clock: clocktesting.NewFakeClock(since.Time), Recorder: events.NewFakeRecorder(10)}
-	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
 	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.RequeueAfter).To(Equal(30*time.Minute), "looked at again when the cool-down ends")
 
 	got := &gpuhealthv1alpha1.RemediationPolicy{}
 	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
@@ -82,6 +84,53 @@ func TestCountsByPhase(t *testing.T) {
 	g.Expect(testutil.ToFloat64(breakerOpen.WithLabelValues(p.Name))).To(BeEquivalentTo(0))
 }
 
+// TestBreakerOpenUntil: the metric says open only while the breaker really
+// stops quarantines, though its status may still say Open.
+func TestBreakerOpenUntil(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+	policy := func(mutate func(*gpuhealthv1alpha1.RemediationPolicy)) *gpuhealthv1alpha1.RemediationPolicy {
+		p := &gpuhealthv1alpha1.RemediationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+		p.Status.CircuitBreaker = &gpuhealthv1alpha1.CircuitBreakerStatus{State: gpuhealthv1alpha1.BreakerOpen, Since: &since, LastReset: "r1"}
+		if mutate != nil {
+			mutate(p)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		name  string
+		p     *gpuhealthv1alpha1.RemediationPolicy
+		at    time.Duration
+		open  bool
+		until time.Duration
+	}{
+		{name: "open, in the default cool-down", p: policy(nil), at: 29 * time.Minute, open: true, until: 30 * time.Minute},
+		{name: "open in status, cool-down over", p: policy(nil), at: 30 * time.Minute},
+		{name: "the policy's own cool-down", p: policy(func(p *gpuhealthv1alpha1.RemediationPolicy) {
+			p.Spec.CircuitBreaker.CoolDown = ptr.To(gpuhealthv1alpha1.Duration("2h"))
+		}), at: time.Hour, open: true, until: 2 * time.Hour},
+		{name: "disabled since", p: policy(func(p *gpuhealthv1alpha1.RemediationPolicy) { p.Spec.CircuitBreaker.Enabled = ptr.To(false) }), at: time.Minute},
+		{name: "a new reset asked for", p: policy(func(p *gpuhealthv1alpha1.RemediationPolicy) {
+			p.Annotations = map[string]string{gpuhealthv1alpha1.ResetCircuitBreakerAnnotation: "r2"}
+		}), at: time.Minute},
+		{name: "the reset already applied", p: policy(func(p *gpuhealthv1alpha1.RemediationPolicy) {
+			p.Annotations = map[string]string{gpuhealthv1alpha1.ResetCircuitBreakerAnnotation: "r1"}
+		}), at: time.Minute, open: true, until: 30 * time.Minute},
+		{name: "closed", p: policy(func(p *gpuhealthv1alpha1.RemediationPolicy) {
+			p.Status.CircuitBreaker.State = gpuhealthv1alpha1.BreakerClosed
+		}), at: time.Minute},
+		{name: "no status", p: &gpuhealthv1alpha1.RemediationPolicy{}, at: time.Minute},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			open, until := breakerOpenUntil(c.p, since.Add(c.at))
+			g.Expect(open).To(Equal(c.open))
+			if c.open {
+				g.Expect(until).To(Equal(since.Add(c.until)))
+			}
+		})
+	}
+}
+
 // TestBreakerStateChangeIsWatched: the policy's own watch passes a change
 // of the breaker's state (a status write, no generation change), so the
 // metric follows it, and not the controller's own count writes.
@@ -96,6 +145,9 @@ func TestBreakerStateChangeIsWatched(t *testing.T) {
 	g.Expect(breakerChanged.Update(event.UpdateEvent{ObjectOld: closed, ObjectNew: open})).To(BeTrue())
 	g.Expect(breakerChanged.Update(event.UpdateEvent{ObjectOld: &gpuhealthv1alpha1.RemediationPolicy{}, ObjectNew: open})).To(BeTrue(), "the first breaker status")
 	g.Expect(breakerChanged.Update(event.UpdateEvent{ObjectOld: closed, ObjectNew: counted})).To(BeFalse())
+	reset := open.DeepCopy()
+	reset.Annotations = map[string]string{gpuhealthv1alpha1.ResetCircuitBreakerAnnotation: "now"}
+	g.Expect(breakerChanged.Update(event.UpdateEvent{ObjectOld: open, ObjectNew: reset})).To(BeTrue(), "a reset request")
 }
 
 func TestCountsAtMostOncePerInterval(t *testing.T) {

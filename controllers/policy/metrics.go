@@ -1,10 +1,13 @@
 package policy
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 )
 
 var (
@@ -22,7 +25,7 @@ var (
 	}, []string{"policy"})
 	breakerOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gpuhealth_policy_circuit_breaker_open",
-		Help: "1 while the policy's circuit breaker is open and stops new quarantines, as its status says; 0 while closed.",
+		Help: "1 while the policy's circuit breaker is open and stops new quarantines: its status says Open and its cool-down is not over; 0 otherwise.",
 	}, []string{"policy"})
 )
 
@@ -37,14 +40,41 @@ func setBudgetMetrics(p *gpuhealthv1alpha1.RemediationPolicy) {
 	budgetWaiting.WithLabelValues(p.Name).Set(float64(b.Waiting))
 }
 
-// setBreakerMetric mirrors the breaker state the nodehealth reconciler
-// wrote to the policy's status (no status yet: closed).
-func setBreakerMetric(p *gpuhealthv1alpha1.RemediationPolicy) {
+// breakerOpenUntil says whether the policy's breaker stops quarantines at
+// now, and until when. The nodehealth reconciler writes the breaker's
+// status only when a node asks to be quarantined, so a status that says
+// Open is stale once the cool-down is over, the breaker is disabled or a
+// reset was asked for and no node asked since: the breaker lets the next
+// quarantine through, and an alert on it must not go on firing.
+func breakerOpenUntil(p *gpuhealthv1alpha1.RemediationPolicy, now time.Time) (bool, time.Time) {
+	cb := p.Status.CircuitBreaker
+	if cb == nil || cb.State != gpuhealthv1alpha1.BreakerOpen || cb.Since == nil {
+		return false, time.Time{}
+	}
+	spec := p.Spec.CircuitBreaker
+	if spec.Enabled != nil && !*spec.Enabled {
+		return false, time.Time{}
+	}
+	if token := p.Annotations[gpuhealthv1alpha1.ResetCircuitBreakerAnnotation]; token != "" && token != cb.LastReset {
+		return false, time.Time{}
+	}
+	until := cb.Since.Add(spec.CoolDown.Get(breaker.DefaultCoolDown))
+	return now.Before(until), until
+}
+
+// setBreakerMetric publishes whether the breaker stops quarantines now and
+// returns when to look again (zero: no need).
+func setBreakerMetric(p *gpuhealthv1alpha1.RemediationPolicy, now time.Time) time.Duration {
+	open, until := breakerOpenUntil(p, now)
 	v := 0.0
-	if cb := p.Status.CircuitBreaker; cb != nil && cb.State == gpuhealthv1alpha1.BreakerOpen {
+	if open {
 		v = 1
 	}
 	breakerOpen.WithLabelValues(p.Name).Set(v)
+	if !open {
+		return 0
+	}
+	return until.Sub(now)
 }
 
 func deletePolicyMetrics(policy string) {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 )
 
@@ -12,6 +13,11 @@ const (
 	labelCheck    = "check"
 	labelSeverity = "severity"
 	labelReason   = "reason"
+
+	// The reasons of gpuhealth_monitor_findings_dropped_total.
+	dropInvalid   = "Invalid"
+	dropRejected  = "Rejected"
+	dropSpoolFull = "SpoolFull"
 	labelVerb     = "verb"
 )
 
@@ -64,4 +70,11 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(findingsTotal, droppedTotal, heldTotal, publishLatency, publishErrors, writesTotal, spoolRecords)
+	// Every drop series from zero, so the first drop is an increase() an
+	// alert sees, not a new series at 1.
+	for _, sev := range []gpuhealthv1alpha1.Severity{gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.SeverityFatal} {
+		for _, reason := range []string{dropInvalid, dropRejected, dropSpoolFull} {
+			droppedTotal.WithLabelValues(string(sev), reason)
+		}
+	}
 }

@@ -144,7 +144,7 @@ func (p *Pipeline) Report(f monitors.Finding) {
 		f.Time = now
 	}
 	if err := normalize(&f); err != nil {
-		droppedTotal.WithLabelValues(string(f.Severity), "Invalid").Inc()
+		droppedTotal.WithLabelValues(string(f.Severity), dropInvalid).Inc()
 		p.opts.Log.Error(err, "Dropping invalid finding")
 		return
 	}
@@ -220,7 +220,7 @@ func (p *Pipeline) persistLocked(name string, e *entry) {
 	dropped, err := p.opts.Spool.Put(&e.rec)
 	for _, d := range dropped {
 		if victim, ok := p.entries[d]; ok && !victim.inflight {
-			droppedTotal.WithLabelValues(string(victim.rec.Spec.Severity), "SpoolFull").Inc()
+			droppedTotal.WithLabelValues(string(victim.rec.Spec.Severity), dropSpoolFull).Inc()
 			p.opts.Log.Info("Spool full: dropping an older, less severe finding", "record", d)
 			delete(p.entries, d)
 		}
@@ -229,7 +229,7 @@ func (p *Pipeline) persistLocked(name string, e *entry) {
 	case errors.Is(err, spool.ErrFull):
 		// Nothing less severe to drop: this finding is kept in memory
 		// only; it is still published while the agent runs.
-		droppedTotal.WithLabelValues(string(e.rec.Spec.Severity), "SpoolFull").Inc()
+		droppedTotal.WithLabelValues(string(e.rec.Spec.Severity), dropSpoolFull).Inc()
 		p.opts.Log.Info("Spool full: finding kept in memory only", "record", name)
 	case err != nil:
 		p.opts.Log.Error(err, "Writing finding to the spool failed; kept in memory", "record", name)
@@ -383,7 +383,7 @@ func (p *Pipeline) publish(ctx context.Context, name string) {
 		spoolRecords.Set(float64(p.opts.Spool.Len()))
 		return
 	case errors.Is(err, errInvalid):
-		droppedTotal.WithLabelValues(string(rec.Spec.Severity), "Rejected").Inc()
+		droppedTotal.WithLabelValues(string(rec.Spec.Severity), dropRejected).Inc()
 		p.opts.Log.Error(err, "The apiserver rejected the finding; dropping it", "NodeHealthEvent", name)
 		delete(p.entries, name)
 		_ = p.opts.Spool.Delete(name)

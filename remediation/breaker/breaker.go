@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// DefaultCoolDown is how long an open breaker stays open when the policy
+// does not say.
+const DefaultCoolDown = 30 * time.Minute
+
 // Settings are one policy's breaker settings, resolved to numbers.
 type Settings struct {
 	// Limit is how many quarantines the window may hold; the next one opens

@@ -76,6 +76,11 @@ func Transitions() []Transition {
 // Phases lists every phase.
 func Phases() []phase { return []phase{healthy, quarantined, draining, recertifying, failed} }
 
+// Events lists every event.
+func Events() []Event {
+	return []Event{Quarantine, Drain, Recertify, Pass, FailRecertification, Fail, Cancel, Release, Retry}
+}
+
 // IllegalTransitionError is returned for an event the current phase does not allow.
 type IllegalTransitionError struct {
 	Phase phase
