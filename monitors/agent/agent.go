@@ -8,9 +8,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"github.com/gpuhealth/gpuhealth/monitors"
 	"github.com/gpuhealth/gpuhealth/monitors/metrics"
@@ -23,8 +25,8 @@ type State string
 const (
 	// StateRunning: the source is running.
 	StateRunning State = "Running"
-	// StateUnavailable: the source cannot run on this node (a library or
-	// device is missing); the agent runs without it.
+	// StateUnavailable: the source cannot run on this node now (a library or
+	// device is missing); the agent runs without it and tries it again.
 	StateUnavailable State = "Unavailable"
 	// StateFailed: the source stopped with an error; the health check fails.
 	StateFailed State = "Failed"
@@ -40,6 +42,15 @@ func init() {
 	metrics.Registry.MustRegister(sourceUp)
 }
 
+// Retry defaults for unavailable sources.
+const (
+	DefaultRetryInterval    = 15 * time.Second
+	DefaultMaxRetryInterval = 5 * time.Minute
+	// settle is how long a retried source must run before the agent counts
+	// it as running: a try that fails at once must not flip the metric.
+	settle = 5 * time.Second
+)
+
 // Agent runs sources and reports their findings.
 type Agent struct {
 	// Sources to run.
@@ -48,6 +59,17 @@ type Agent struct {
 	Report monitors.Reporter
 	// Log receives the agent's logs.
 	Log logr.Logger
+	// RetryInterval is the first wait before an unavailable source is tried
+	// again; each further try waits twice as long, up to MaxRetryInterval.
+	// The NVIDIA driver often loads after the agent starts on a booting
+	// node (the GPU Operator installs it from a container), and a source
+	// tried only once would stay off until the pod restarts. Zero means
+	// DefaultRetryInterval.
+	RetryInterval time.Duration
+	// MaxRetryInterval caps the wait; zero means DefaultMaxRetryInterval.
+	MaxRetryInterval time.Duration
+	// Clock times the retries; nil means the real clock.
+	Clock clock.WithDelayedExecution
 
 	mu     sync.Mutex
 	states map[string]sourceState
@@ -59,7 +81,7 @@ type sourceState struct {
 }
 
 // Run runs every source until ctx is done. A source that returns early
-// does not stop the others.
+// does not stop the others; an unavailable one is tried again with backoff.
 func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, s := range a.Sources {
@@ -67,24 +89,70 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := s.Run(ctx, a.Report)
-			switch {
-			case ctx.Err() != nil:
-				return
-			case errors.Is(err, monitors.ErrUnavailable):
-				a.Log.Info("Source cannot run on this node; continuing without it", "source", s.Name(), "reason", err.Error())
-				a.set(s.Name(), StateUnavailable, err)
-			default:
-				if err == nil {
-					err = errors.New("stopped without an error")
-				}
-				a.Log.Error(err, "Source died", "source", s.Name())
-				a.set(s.Name(), StateFailed, err)
-			}
+			a.supervise(ctx, s)
 		}()
 	}
 	wg.Wait()
 	return nil
+}
+
+// supervise runs one source until ctx is done or the source dies.
+func (a *Agent) supervise(ctx context.Context, s monitors.Source) {
+	clk := a.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	first := a.RetryInterval
+	if first <= 0 {
+		first = DefaultRetryInterval
+	}
+	wait := first
+	maxWait := a.MaxRetryInterval
+	if maxWait <= 0 {
+		maxWait = DefaultMaxRetryInterval
+	}
+	var lastReason string
+	for try := 0; ; try++ {
+		// A retry counts as running once it has lasted settle.
+		var settled clock.Timer
+		if try > 0 {
+			settled = clk.AfterFunc(settle, func() {
+				a.set(s.Name(), StateRunning, nil)
+				a.Log.Info("Source is available now", "source", s.Name(), "tries", try+1)
+			})
+		}
+		err := s.Run(ctx, a.Report)
+		if settled != nil && !settled.Stop() {
+			// It ran for a while before it stopped (a driver unloaded):
+			// the backoff starts afresh.
+			wait = first
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, monitors.ErrUnavailable):
+			a.set(s.Name(), StateUnavailable, err)
+			if reason := err.Error(); reason != lastReason {
+				a.Log.Info("Source cannot run on this node now; continuing without it and trying again", "source", s.Name(), "reason", reason, "retryIn", wait.String())
+				lastReason = reason
+			} else {
+				a.Log.V(1).Info("Source still cannot run on this node", "source", s.Name(), "reason", reason, "retryIn", wait.String())
+			}
+		default:
+			if err == nil {
+				err = errors.New("stopped without an error")
+			}
+			a.Log.Error(err, "Source died", "source", s.Name())
+			a.set(s.Name(), StateFailed, err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-clk.After(wait):
+		}
+		wait = min(2*wait, maxWait)
+	}
 }
 
 func (a *Agent) set(name string, st State, err error) {
@@ -113,8 +181,8 @@ func (a *Agent) States() map[string]State {
 }
 
 // Healthz is the liveness check: it fails when a source died, so that the
-// kubelet restarts the agent. An unavailable source does not fail it (a
-// restart would not make a missing library appear).
+// kubelet restarts the agent. An unavailable source does not fail it: the
+// agent tries it again itself.
 func (a *Agent) Healthz(_ *http.Request) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()

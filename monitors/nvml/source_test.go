@@ -214,3 +214,22 @@ func TestMissingLibraryMakesTheSourceUnavailable(t *testing.T) {
 	err := s.Run(context.Background(), func(monitors.Finding) {})
 	g.Expect(errors.Is(err, monitors.ErrUnavailable)).To(BeTrue(), "got %v", err)
 }
+
+// TestSourceRunsOnceTheDriverArrives: the agent tries an unavailable source
+// again; the same Source, unavailable while the library is missing, runs
+// and sees XIDs once the driver's library appears (a driver container that
+// finished installing after the agent started).
+func TestSourceRunsOnceTheDriverArrives(t *testing.T) {
+	g := NewWithT(t)
+	path := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+	s := &Source{LibraryPath: path}
+	err := s.Run(context.Background(), func(monitors.Finding) {})
+	g.Expect(errors.Is(err, monitors.ErrUnavailable)).To(BeTrue(), "got %v", err)
+
+	lib, err := os.ReadFile(library)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.WriteFile(path, lib, 0o755)).To(Succeed())
+	r, stop := run(t, twoGPUs+"xid device=1 code=79 at=500ms\n", s)
+	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckXID, uuid1, "79") }, 5*time.Second).Should(HaveLen(1))
+	g.Expect(stop()).To(Succeed())
+}
