@@ -61,7 +61,8 @@ func (r *Reconciler) allowQuarantine(ctx context.Context, s *scope) (bool, error
 }
 
 // seedBreaker loads the policy's recent quarantines from NodeHealth
-// histories, so a new leader remembers a storm its predecessor saw.
+// histories, and an open breaker from the policy's status, so a new leader
+// remembers a storm its predecessor saw.
 func (r *Reconciler) seedBreaker(ctx context.Context, s *scope, window time.Duration) error {
 	list := &gpuhealthv1alpha1.NodeHealthList{}
 	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
@@ -76,11 +77,14 @@ func (r *Reconciler) seedBreaker(ctx context.Context, s *scope, window time.Dura
 			}
 		}
 	}
-	lastReset := ""
+	lastReset, openSince := "", time.Time{}
 	if st := s.policy.Status.CircuitBreaker; st != nil {
 		lastReset = st.LastReset
+		if st.State == gpuhealthv1alpha1.BreakerOpen && st.Since != nil {
+			openSince = st.Since.Time
+		}
 	}
-	r.Breaker.Seed(s.policy.Name, times, lastReset)
+	r.Breaker.Seed(s.policy.Name, times, lastReset, openSince)
 	return nil
 }
 

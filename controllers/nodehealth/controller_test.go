@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
@@ -509,7 +510,16 @@ func TestCircuitBreakerCoolsDown(t *testing.T) {
 	res := h.reconcile(b.Name)
 	h.g.Expect(h.nodeHealth(b.Name).Status.Reason).To(Equal(ReasonCircuitBreakerOpen))
 	h.g.Expect(res.RequeueAfter).To(Equal(breakerRecheck))
-	h.clock.Step(30 * time.Minute)
+
+	// A new leader 20 minutes on (the breaker's memory is gone; the window
+	// no longer holds a's quarantine) keeps the breaker open for the rest
+	// of its cool-down, from the policy's status.
+	h.r.Breaker = breaker.New()
+	h.clock.Step(20 * time.Minute)
+	h.reconcile(b.Name)
+	h.g.Expect(h.nodeHealth(b.Name).Status.Reason).To(Equal(ReasonCircuitBreakerOpen))
+	h.g.Expect(h.phase(b.Name)).To(Equal(healthy))
+	h.clock.Step(10 * time.Minute)
 	h.reconcile(b.Name)
 	h.g.Expect(h.phase(b.Name)).To(Equal(recertifying))
 }

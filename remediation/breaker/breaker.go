@@ -69,9 +69,11 @@ func (b *Breaker) Seeded(policy string) bool {
 	return b.get(policy).seeded
 }
 
-// Seed loads past quarantine times of a policy's nodes and the last reset
-// token it honoured, once.
-func (b *Breaker) Seed(policy string, times []time.Time, lastReset string) {
+// Seed loads past quarantine times of a policy's nodes, the last reset
+// token it honoured and, when the previous leader's breaker was open, since
+// when (zero: closed), once. An open breaker stays open for the rest of its
+// cool-down: a fail-over neither ends a storm's pause early nor restarts it.
+func (b *Breaker) Seed(policy string, times []time.Time, lastReset string, openSince time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.get(policy)
@@ -81,6 +83,9 @@ func (b *Breaker) Seed(policy string, times []time.Time, lastReset string) {
 	p.seeded = true
 	p.times = append(p.times, times...)
 	p.lastReset = lastReset
+	if !openSince.IsZero() {
+		p.open, p.since = true, openSince
+	}
 }
 
 // Reset closes the breaker on a human's request. A token identifies the

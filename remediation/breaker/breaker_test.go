@@ -62,10 +62,21 @@ func TestBreaker(t *testing.T) {
 		g.Expect(b.Reset("p", "r1", start)).To(BeFalse(), "the same token is honoured once")
 	})
 
+	t.Run("a breaker seeded open stays open for the rest of its cool-down", func(t *testing.T) {
+		g := NewWithT(t)
+		b := New()
+		b.Seed("p", nil, "", start.Add(-20*time.Minute))
+		ok, st := b.Allow("p", s, start)
+		g.Expect(ok).To(BeFalse(), "the window is empty, but the breaker was open")
+		g.Expect(st.Since).To(Equal(start.Add(-20*time.Minute)), "the cool-down is not restarted")
+		ok, _ = b.Allow("p", s, start.Add(10*time.Minute))
+		g.Expect(ok).To(BeTrue(), "it closes when the original cool-down ends")
+	})
+
 	t.Run("a seeded history counts, and policies are independent", func(t *testing.T) {
 		g := NewWithT(t)
 		b := New()
-		b.Seed("p", []time.Time{start.Add(-time.Minute), start.Add(-2 * time.Minute)}, "")
+		b.Seed("p", []time.Time{start.Add(-time.Minute), start.Add(-2 * time.Minute)}, "", time.Time{})
 		g.Expect(b.Seeded("p")).To(BeTrue())
 		ok, _ := b.Allow("p", s, start)
 		g.Expect(ok).To(BeFalse())
