@@ -243,11 +243,15 @@ func Lookup(xid int, message string) Entry {
 			Description: fmt.Sprintf("unknown XID %d: it is not in catalog %s, so contact support", xid, Version),
 		}
 	}
-	if xid == 154 {
+	if ReadsMessage(xid) {
 		return decode154(e, message)
 	}
 	return e
 }
+
+// ReadsMessage says whether what an XID means depends on the driver's
+// message (XID 154's recovery action), which only the kernel log carries.
+func ReadsMessage(xid int) bool { return xid == 154 }
 
 // decode154 sets the severity and action of an XID 154 entry from the
 // recovery action in the message's last parenthesised text, for example

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -158,6 +160,8 @@ type node struct {
 	name     string
 	dir      string
 	scenario string
+	kmsg     string
+	kmsgSeq  int
 	config   string
 	kubecfg  string
 	health   string
@@ -182,12 +186,16 @@ device index=1 uuid=%s pci=0000:5e:00.0 name="NVIDIA H200" links=4
 fabric device=0 state=completed health=healthy status=success clique=7
 fabric device=1 state=completed health=healthy status=success clique=7
 `, gpu0, gpu1))
+	// The kernel log is a regular file the test appends records to.
+	n.kmsg = filepath.Join(n.dir, "kmsg")
+	writeFile(t, n.kmsg, "")
 	n.config = filepath.Join(n.dir, "monitor.yaml")
-	writeFile(t, n.config, `
-sources: [nvml]
+	writeFile(t, n.config, fmt.Sprintf(`
+sources: [nvml, kmsg]
 nvml: {pollInterval: 100ms, window: 1s, thresholds: {CRC_FLIT: 1000}}
+kmsg: {path: %s}
 publish: {window: 200ms}
-`)
+`, n.kmsg))
 	cfg, err := clientcmd.Load(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -269,9 +277,37 @@ func (n *node) inject(lines ...string) {
 	}
 }
 
+// kernelXID appends the driver's kernel log record of an XID on the GPU at
+// pci (the fake NVML's bus ids), stamped now by this machine's uptime.
+func (n *node) kernelXID(pci string, code int) {
+	n.t.Helper()
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	up, err := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.kmsgSeq++
+	f, err := os.OpenFile(n.kmsg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	if _, err := fmt.Fprintf(f, "3,%d,%d,-;NVRM: Xid (PCI:%s): %d, pid=1234, name=python, test fault\n", n.kmsgSeq, int64(up*1e6), pci, code); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
 // event returns a function for Eventually that reads one event of this node.
 func (n *node) event(check gpuhealthv1alpha1.Check, component, code string) func(Gomega) *gpuhealthv1alpha1.NodeHealthEvent {
-	name := gpuhealthv1alpha1.EventName(n.name, gpuhealthv1alpha1.SourceNVML, check, component, code)
+	return n.eventFrom(gpuhealthv1alpha1.SourceNVML, check, component, code)
+}
+
+// eventFrom is event for a finding of source src.
+func (n *node) eventFrom(src gpuhealthv1alpha1.Source, check gpuhealthv1alpha1.Check, component, code string) func(Gomega) *gpuhealthv1alpha1.NodeHealthEvent {
+	name := gpuhealthv1alpha1.EventName(n.name, src, check, component, code)
 	return func(g Gomega) *gpuhealthv1alpha1.NodeHealthEvent {
 		var e gpuhealthv1alpha1.NodeHealthEvent
 		g.Expect(admin.Get(context.Background(), client.ObjectKey{Name: name}, &e)).To(Succeed())
@@ -308,6 +344,23 @@ func TestMonitorProcess(t *testing.T) {
 		g.Expect(e.Spec.Component).To(Equal(gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: gpu0}))
 		g.Expect(e.Spec.Severity).To(Equal(gpuhealthv1alpha1.SeverityFatal))
 		g.Expect(e.Spec.RecommendedAction).To(Equal(gpuhealthv1alpha1.ActionRebootNode))
+	})
+
+	t.Run("an XID both NVML and the kernel log see is one finding; one only the kernel log sees is its own", func(t *testing.T) {
+		g := NewWithT(t)
+		n.inject(fmt.Sprintf("xid device=0 code=31 at=%s", fakenvml.At(time.Now())))
+		n.kernelXID("0000:3b:00", 31)
+		n.kernelXID("0000:5e:00", 43) // NVML did not deliver this one
+		g.Eventually(n.event(gpuhealthv1alpha1.CheckXID, gpu0, "31")).Should(WithTransform(
+			func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(1))))
+		g.Eventually(n.eventFrom(gpuhealthv1alpha1.SourceKmsg, gpuhealthv1alpha1.CheckXID, gpu1, "43"), 10*time.Second).Should(
+			WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(1))), "after the match window")
+		kmsg31 := gpuhealthv1alpha1.EventName(n.name, gpuhealthv1alpha1.SourceKmsg, gpuhealthv1alpha1.CheckXID, gpu0, "31")
+		g.Expect(admin.Get(context.Background(), client.ObjectKey{Name: kmsg31}, &gpuhealthv1alpha1.NodeHealthEvent{})).To(
+			Satisfy(apierrors.IsNotFound), "the kernel log's copy of XID 31 is not a second object")
+		body, err := fetch("http://" + n.metrics + "/metrics")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(body).To(ContainSubstring("gpuhealth_monitor_xid_duplicates_total 1"))
 	})
 
 	t.Run("a CRC-rate burst becomes a Degraded NVLink finding that resolves when the rate drops", func(t *testing.T) {

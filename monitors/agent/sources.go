@@ -47,14 +47,27 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 			Log:          deps.log.WithName("nvml"),
 		}
 	}
+	// With both, one XID arrives twice; see xidDedup.
+	var dedup *xidDedup
+	if nv != nil && slices.Contains(names, "kmsg") {
+		dedup = newXIDDedup(nil)
+	}
 	for _, name := range names {
 		switch name {
 		case "nvml":
+			if dedup != nil {
+				out = append(out, nvmlTap{Source: nv, d: dedup})
+				continue
+			}
 			out = append(out, nv)
 		case "kmsg":
 			k := &kmsg.Source{Path: cfg.Kmsg.Path, StateDir: deps.stateDir}
 			if nv != nil {
 				k.Resolver = nv.ResolvePCI
+			}
+			if dedup != nil {
+				out = append(out, kmsgTap{Source: k, d: dedup})
+				continue
 			}
 			out = append(out, k)
 		case "dcgm":
