@@ -78,6 +78,9 @@ type Agent struct {
 type sourceState struct {
 	state State
 	err   error
+	// try is the retry now running, which may still count as running once
+	// it lasts; -1 when none (a first run, or the try ended).
+	try int
 }
 
 // Run runs every source until ctx is done. A source that returns early
@@ -116,15 +119,17 @@ func (a *Agent) supervise(ctx context.Context, s monitors.Source) {
 		// A retry counts as running once it has lasted settle.
 		var settled clock.Timer
 		if try > 0 {
+			a.beginTry(s.Name(), try)
 			settled = clk.AfterFunc(settle, func() {
-				a.set(s.Name(), StateRunning, nil)
-				a.Log.Info("Source is available now", "source", s.Name(), "tries", try+1)
+				if a.settle(s.Name(), try) {
+					a.Log.Info("Source is available now", "source", s.Name(), "tries", try+1)
+				}
 			})
 		}
 		err := s.Run(ctx, a.Report)
 		if settled != nil && !settled.Stop() {
-			// It ran for a while before it stopped (a driver unloaded):
-			// the backoff starts afresh.
+			// It ran for a while before it stopped: should it become
+			// unavailable again, the backoff starts afresh.
 			wait = first
 		}
 		switch {
@@ -155,18 +160,46 @@ func (a *Agent) supervise(ctx context.Context, s monitors.Source) {
 	}
 }
 
+// set records a source's state; it also ends the source's try, so a try's
+// settle timer that fires late changes nothing.
 func (a *Agent) set(name string, st State, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.setLocked(name, sourceState{state: st, err: err, try: -1})
+}
+
+func (a *Agent) setLocked(name string, st sourceState) {
 	if a.states == nil {
 		a.states = map[string]sourceState{}
 	}
-	a.states[name] = sourceState{state: st, err: err}
+	a.states[name] = st
 	up := 0.0
-	if st == StateRunning {
+	if st.state == StateRunning {
 		up = 1
 	}
 	sourceUp.WithLabelValues(name).Set(up)
+}
+
+// beginTry records that retry n of a source runs; its state stays as it was
+// until the try settles.
+func (a *Agent) beginTry(name string, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.states[name]
+	st.try = n
+	a.setLocked(name, st)
+}
+
+// settle marks retry n of a source running, unless that try already ended;
+// it says whether it did.
+func (a *Agent) settle(name string, n int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.states[name].try != n {
+		return false
+	}
+	a.setLocked(name, sourceState{state: StateRunning, try: n})
+	return true
 }
 
 // States returns each source's state, by name.

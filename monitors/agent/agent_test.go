@@ -90,3 +90,22 @@ func TestDeadSourceIsNotTriedAgain(t *testing.T) {
 	clk.Step(time.Hour)
 	g.Consistently(src.runs.Load, 100*time.Millisecond).Should(BeEquivalentTo(1))
 }
+
+// TestLateSettleChangesNothing: a retry's settle timer that fires after the
+// try ended (the source died right at the mark) leaves the state the end
+// set, so a dead source is never reported running.
+func TestLateSettleChangesNothing(t *testing.T) {
+	g := NewWithT(t)
+	a := &Agent{}
+	a.set("late", StateUnavailable, monitors.Unavailable("no library"))
+	a.beginTry("late", 1)
+	a.set("late", StateFailed, errors.New("broken"))
+	g.Expect(a.settle("late", 1)).To(BeFalse())
+	g.Expect(a.States()["late"]).To(Equal(StateFailed))
+	g.Expect(testutil.ToFloat64(sourceUp.WithLabelValues("late"))).To(BeZero())
+	g.Expect(a.Healthz(nil)).To(HaveOccurred())
+
+	a.beginTry("late", 2)
+	g.Expect(a.settle("late", 2)).To(BeTrue(), "a try still running settles")
+	g.Expect(a.States()["late"]).To(Equal(StateRunning))
+}

@@ -56,7 +56,7 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 		switch name {
 		case "nvml":
 			if dedup != nil {
-				out = append(out, nvmlTap{Source: nv, d: dedup})
+				out = append(out, xidTap{Source: nv, d: dedup})
 				continue
 			}
 			out = append(out, nv)
@@ -66,7 +66,7 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 				k.Resolver = nv.ResolvePCI
 			}
 			if dedup != nil {
-				out = append(out, kmsgTap{Source: k, d: dedup})
+				out = append(out, xidTap{Source: k, d: dedup})
 				continue
 			}
 			out = append(out, k)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,182 +13,140 @@ import (
 	"github.com/gpuhealth/gpuhealth/monitors"
 )
 
-const gpuA = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
+const (
+	gpuA = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
+	gpuB = "GPU-bbbbbbbb-1111-4000-8000-111111111111"
+)
 
 var t0 = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 
-func occurrence(src gpuhealthv1alpha1.Source, gpu, code string, at time.Time) monitors.Finding {
+func occurrence(src gpuhealthv1alpha1.Source, gpu, code string) monitors.Finding {
 	return monitors.Finding{
-		Source: src, Check: gpuhealthv1alpha1.CheckXID, Code: code, Time: at,
+		Source: src, Check: gpuhealthv1alpha1.CheckXID, Code: code,
 		Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: gpu},
 	}
 }
 
-// sink collects what the dedup hands on.
-type sink struct {
-	mu  sync.Mutex
-	got []monitors.Finding
+// pushSource reports what the test sends it, acknowledging each once
+// reported, until cancelled.
+type pushSource struct {
+	name string
+	in   chan monitors.Finding
+	ack  chan struct{}
 }
 
-func (s *sink) report(f monitors.Finding) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.got = append(s.got, f)
-}
+func (p pushSource) Name() string { return p.name }
 
-func (s *sink) sources() []gpuhealthv1alpha1.Source {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []gpuhealthv1alpha1.Source
-	for _, f := range s.got {
-		out = append(out, f.Source)
+func (p pushSource) Run(ctx context.Context, report monitors.Reporter) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case f := <-p.in:
+			report(f)
+			p.ack <- struct{}{}
+		}
 	}
-	return out
 }
 
-func newTestDedup() (*xidDedup, *clocktesting.FakeClock, *sink) {
+// tapped runs an nvml and a kmsg source through one dedup, each as the
+// agent would, and returns a send function and what was published.
+func tapped(t *testing.T) (*clocktesting.FakeClock, func(monitors.Finding), func() []gpuhealthv1alpha1.Source) {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	d := newXIDDedup(clk)
-	d.nvmlRunning.Store(true)
-	d.kmsgRunning.Store(true)
-	return d, clk, &sink{}
+	published := make(chan monitors.Finding, 100)
+	srcs := map[gpuhealthv1alpha1.Source]pushSource{
+		gpuhealthv1alpha1.SourceNVML: {name: "nvml", in: make(chan monitors.Finding), ack: make(chan struct{})},
+		gpuhealthv1alpha1.SourceKmsg: {name: "kmsg", in: make(chan monitors.Finding), ack: make(chan struct{})},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for _, s := range srcs {
+		go func() { _ = xidTap{Source: s, d: d}.Run(ctx, func(f monitors.Finding) { published <- f }) }()
+	}
+	var got []gpuhealthv1alpha1.Source
+	send := func(f monitors.Finding) { srcs[f.Source].in <- f; <-srcs[f.Source].ack }
+	result := func() []gpuhealthv1alpha1.Source {
+		for {
+			select {
+			case f := <-published:
+				got = append(got, f.Source)
+			case <-time.After(50 * time.Millisecond):
+				return got
+			}
+		}
+	}
+	return clk, send, result
 }
 
 func TestXIDDedup(t *testing.T) {
 	const nv, km = gpuhealthv1alpha1.SourceNVML, gpuhealthv1alpha1.SourceKmsg
 
-	t.Run("NVML first: the kernel log copy is dropped", func(t *testing.T) {
+	t.Run("the first copy is published, the other source's is dropped", func(t *testing.T) {
 		g := NewWithT(t)
-		d, _, s := newTestDedup()
+		clk, send, published := tapped(t)
 		before := testutil.ToFloat64(xidDuplicates)
-		d.fromNVML(s.report)(occurrence(nv, gpuA, "79", t0))
-		d.fromKmsg(s.report)(occurrence(km, gpuA, "79", t0.Add(-10*time.Millisecond)))
-		g.Expect(s.sources()).To(Equal([]gpuhealthv1alpha1.Source{nv}))
-		g.Expect(testutil.ToFloat64(xidDuplicates) - before).To(BeEquivalentTo(1))
-	})
-
-	t.Run("kernel log first: it waits, and NVML's copy drops it", func(t *testing.T) {
-		g := NewWithT(t)
-		d, clk, s := newTestDedup()
-		d.fromKmsg(s.report)(occurrence(km, gpuA, "79", t0))
-		g.Expect(s.sources()).To(BeEmpty(), "held")
+		send(occurrence(nv, gpuA, "79"))
+		clk.Step(10 * time.Millisecond)
+		send(occurrence(km, gpuA, "79"))
+		clk.Step(time.Minute)
+		send(occurrence(km, gpuA, "31")) // the kernel log first this time
 		clk.Step(300 * time.Millisecond)
-		d.fromNVML(s.report)(occurrence(nv, gpuA, "79", clk.Now()))
-		clk.Step(xidMatchWindow)
-		d.release(s.report, false)
-		g.Expect(s.sources()).To(Equal([]gpuhealthv1alpha1.Source{nv}))
+		send(occurrence(nv, gpuA, "31"))
+		g.Expect(published()).To(Equal([]gpuhealthv1alpha1.Source{nv, km}))
+		g.Expect(testutil.ToFloat64(xidDuplicates) - before).To(BeEquivalentTo(2))
 	})
 
-	t.Run("an XID only the kernel log saw is reported after the window", func(t *testing.T) {
+	t.Run("a copy only one source saw is published", func(t *testing.T) {
 		g := NewWithT(t)
-		d, clk, s := newTestDedup()
-		d.fromKmsg(s.report)(occurrence(km, gpuA, "79", t0))
-		clk.Step(xidMatchWindow - time.Millisecond)
-		d.release(s.report, false)
-		g.Expect(s.sources()).To(BeEmpty(), "still waiting")
-		clk.Step(time.Millisecond)
-		d.release(s.report, false)
-		g.Expect(s.sources()).To(Equal([]gpuhealthv1alpha1.Source{km}))
+		clk, send, published := tapped(t)
+		send(occurrence(km, gpuA, "79"))
+		clk.Step(xidMatchWindow + time.Millisecond)
+		send(occurrence(nv, gpuA, "79")) // too late to be the same XID
+		g.Expect(published()).To(Equal([]gpuhealthv1alpha1.Source{km, nv}))
 	})
 
-	t.Run("each NVML copy drops one kernel log copy", func(t *testing.T) {
+	t.Run("each copy drops at most one twin; repeats of one source all count", func(t *testing.T) {
 		g := NewWithT(t)
-		d, clk, s := newTestDedup()
-		d.fromNVML(s.report)(occurrence(nv, gpuA, "13", t0))
-		d.fromKmsg(s.report)(occurrence(km, gpuA, "13", t0))
-		d.fromKmsg(s.report)(occurrence(km, gpuA, "13", t0.Add(time.Millisecond)))
-		clk.Step(xidMatchWindow)
-		d.release(s.report, false)
-		g.Expect(s.sources()).To(Equal([]gpuhealthv1alpha1.Source{nv, km}))
+		_, send, published := tapped(t)
+		send(occurrence(nv, gpuA, "13"))
+		send(occurrence(nv, gpuA, "13"))
+		send(occurrence(km, gpuA, "13"))
+		send(occurrence(km, gpuA, "13"))
+		send(occurrence(km, gpuA, "13"))
+		g.Expect(published()).To(Equal([]gpuhealthv1alpha1.Source{nv, nv, km}), "three XIDs: NVML saw two, the kernel log three")
 	})
 
-	t.Run("another code, another GPU or times too far apart do not match", func(t *testing.T) {
+	t.Run("another code or another GPU is another XID", func(t *testing.T) {
 		g := NewWithT(t)
-		d, clk, s := newTestDedup()
-		d.fromNVML(s.report)(occurrence(nv, gpuA, "79", t0))
-		d.fromKmsg(s.report)(occurrence(km, gpuA, "48", t0))
-		d.fromKmsg(s.report)(occurrence(km, "GPU-bbbbbbbb-1111-4000-8000-111111111111", "79", t0))
-		d.fromKmsg(s.report)(occurrence(km, gpuA, "79", t0.Add(-xidMatchWindow-time.Millisecond)))
-		clk.Step(xidMatchWindow)
-		d.release(s.report, false)
-		g.Expect(s.sources()).To(Equal([]gpuhealthv1alpha1.Source{nv, km, km, km}))
+		_, send, published := tapped(t)
+		send(occurrence(nv, gpuA, "79"))
+		send(occurrence(km, gpuA, "48"))
+		send(occurrence(km, gpuB, "79"))
+		g.Expect(published()).To(Equal([]gpuhealthv1alpha1.Source{nv, km, km}))
 	})
 
-	t.Run("reported at once: a GPU known only by its bus id, XID 154, NVML not running, not an XID", func(t *testing.T) {
+	t.Run("not paired: a GPU known only by its bus id, XID 154, resolutions, other checks", func(t *testing.T) {
 		g := NewWithT(t)
-		d, _, s := newTestDedup()
-		d.fromKmsg(s.report)(occurrence(km, "0000:3b:00.0", "79", t0))
-		d.fromNVML(s.report)(occurrence(nv, gpuA, "154", t0))
-		d.fromKmsg(s.report)(occurrence(km, gpuA, "154", t0)) // its message says which recovery
-		sxid := occurrence(km, "0000:05:00.0", "20034", t0)
+		_, send, published := tapped(t)
+		send(occurrence(nv, "0000:3b:00.0", "79"))
+		send(occurrence(km, "0000:3b:00.0", "79"))
+		send(occurrence(nv, gpuA, "154"))
+		send(occurrence(km, gpuA, "154")) // its message says which recovery
+		sxid := occurrence(km, "0000:05:00.0", "20034")
 		sxid.Check, sxid.Component.Kind = gpuhealthv1alpha1.CheckSXID, gpuhealthv1alpha1.ComponentNVSwitch
-		d.fromKmsg(s.report)(sxid)
-		d.nvmlRunning.Store(false)
-		d.fromKmsg(s.report)(occurrence(km, gpuA, "79", t0))
-		g.Expect(s.got).To(HaveLen(5))
+		send(sxid)
+		send(sxid)
+		g.Expect(published()).To(HaveLen(6))
 	})
 
-	t.Run("NVML XIDs are not kept while the kmsg source does not run", func(t *testing.T) {
+	t.Run("a storm from one source keeps the memory bounded", func(t *testing.T) {
 		g := NewWithT(t)
-		d, _, s := newTestDedup()
-		d.kmsgRunning.Store(false)
-		for i := range 10 {
-			d.fromNVML(s.report)(occurrence(nv, gpuA, "79", t0.Add(time.Duration(i)*time.Millisecond)))
+		d := newXIDDedup(clocktesting.NewFakeClock(t0))
+		for range 3 * maxUnmatchedXIDs {
+			g.Expect(d.duplicate("nvml", occurrence(nv, gpuA, "79"))).To(BeFalse())
 		}
-		g.Expect(s.got).To(HaveLen(10))
-		g.Expect(d.nvml).To(BeEmpty())
+		g.Expect(d.seen[xidKey{gpuA, "79"}]).To(HaveLen(maxUnmatchedXIDs))
 	})
-
-	t.Run("a storm keeps the memory bounded", func(t *testing.T) {
-		g := NewWithT(t)
-		d, _, s := newTestDedup()
-		for i := range 3 * maxUnmatchedXIDs {
-			d.fromNVML(s.report)(occurrence(nv, gpuA, "79", t0.Add(time.Duration(i)*time.Microsecond)))
-		}
-		g.Expect(d.nvml[xidKey{gpuA, "79"}]).To(HaveLen(maxUnmatchedXIDs))
-		for i := range maxHeldXIDs + 10 {
-			d.fromKmsg(s.report)(occurrence(km, gpuA, "48", t0.Add(time.Duration(i)*time.Microsecond)))
-		}
-		g.Expect(d.held).To(HaveLen(maxHeldXIDs))
-		g.Expect(s.got).To(HaveLen(3*maxUnmatchedXIDs+10), "beyond the bound, reported at once")
-	})
-}
-
-// kmsgFake reports one XID and runs until cancelled.
-type kmsgFake struct{ f monitors.Finding }
-
-func (kmsgFake) Name() string { return "kmsg" }
-
-func (k kmsgFake) Run(ctx context.Context, report monitors.Reporter) error {
-	report(k.f)
-	<-ctx.Done()
-	return nil
-}
-
-// TestKmsgTapReleasesAndFlushes: the tap's own loop reports a held XID when
-// its wait ends, and one still held when the source stops is handed on.
-func TestKmsgTapReleasesAndFlushes(t *testing.T) {
-	g := NewWithT(t)
-	d, clk, s := newTestDedup()
-	d.nvmlRunning.Store(true)
-	tap := kmsgTap{Source: kmsgFake{f: occurrence(gpuhealthv1alpha1.SourceKmsg, gpuA, "79", t0)}, d: d}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tap.Run(ctx, s.report) }()
-	g.Eventually(func() int { d.mu.Lock(); defer d.mu.Unlock(); return len(d.held) }).Should(Equal(1))
-	g.Eventually(clk.HasWaiters).Should(BeTrue())
-	clk.Step(xidMatchWindow)
-	g.Eventually(s.sources).Should(HaveLen(1), "released by the tap's ticker")
-
-	tap2 := kmsgTap{Source: kmsgFake{f: occurrence(gpuhealthv1alpha1.SourceKmsg, gpuA, "48", clk.Now())}, d: d}
-	cancel()
-	g.Expect(<-done).To(Succeed())
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	go func() { done <- tap2.Run(ctx2, s.report) }()
-	g.Eventually(func() int { d.mu.Lock(); defer d.mu.Unlock(); return len(d.held) }).Should(Equal(1))
-	cancel2()
-	g.Expect(<-done).To(Succeed())
-	g.Expect(s.sources()).To(HaveLen(2), "flushed when the source stops")
-	g.Expect(d.kmsgRunning.Load()).To(BeFalse())
 }
