@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"regexp"
 	"testing"
 	"time"
 
@@ -58,24 +57,6 @@ func load(t *testing.T) dashboard {
 	return d
 }
 
-// variable matches a Grafana variable reference in a query.
-var variable = regexp.MustCompile(`\$\{?(\w+)\}?`)
-
-// builtins are Grafana's own variables the queries may use, with the value
-// the tests give them.
-var builtins = map[string]string{"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
-
-// expand replaces the variables of a query as Grafana would for "All".
-func expand(expr string) string {
-	return variable.ReplaceAllStringFunc(expr, func(m string) string {
-		name := variable.FindStringSubmatch(m)[1]
-		if v, ok := builtins[name]; ok {
-			return v
-		}
-		return ".*"
-	})
-}
-
 // TestDashboardIsWellFormed: unique panel ids, every panel described and
 // on the grid without overlaps, every query on the datasource variable,
 // using only defined variables and metrics gpuhealth exports.
@@ -117,11 +98,11 @@ func TestDashboardIsWellFormed(t *testing.T) {
 			g.Expect(refs).NotTo(HaveKey(tg.RefID), p.Title)
 			refs[tg.RefID] = true
 			g.Expect(tg.Datasource.UID).To(Equal("${datasource}"), p.Title)
-			for _, m := range variable.FindAllStringSubmatch(tg.Expr, -1) {
-				_, builtin := builtins[m[1]]
+			for _, m := range promcheck.Variable.FindAllStringSubmatch(tg.Expr, -1) {
+				_, builtin := promcheck.Builtins[m[1]]
 				g.Expect(builtin || vars[m[1]]).To(BeTrue(), "%s: variable $%s is defined", p.Title, m[1])
 			}
-			unknown, err := promcheck.Unknown(expand(tg.Expr), known)
+			unknown, err := promcheck.Unknown(promcheck.Expand(tg.Expr), known)
 			g.Expect(err).NotTo(HaveOccurred(), "%s: %s", p.Title, tg.Expr)
 			g.Expect(unknown).To(BeEmpty(), "%s names metrics no gpuhealth process exports", p.Title)
 		}
@@ -170,7 +151,7 @@ func TestEveryQueryReturnsData(t *testing.T) {
 		for _, tg := range p.Targets {
 			t.Run(p.Title+"/"+tg.RefID, func(t *testing.T) {
 				g := NewWithT(t)
-				q, err := engine.NewInstantQuery(context.Background(), storage, nil, expand(tg.Expr), at)
+				q, err := engine.NewInstantQuery(context.Background(), storage, nil, promcheck.Expand(tg.Expr), at)
 				g.Expect(err).NotTo(HaveOccurred())
 				defer q.Close()
 				res := q.Exec(context.Background())
@@ -194,7 +175,7 @@ func TestNodesNotHealthyFoldsReplicas(t *testing.T) {
 		if p.Title != "Nodes by phase" {
 			continue
 		}
-		q, err := engine.NewInstantQuery(context.Background(), storage, nil, expand(p.Targets[0].Expr), time.Unix(3600, 0))
+		q, err := engine.NewInstantQuery(context.Background(), storage, nil, promcheck.Expand(p.Targets[0].Expr), time.Unix(3600, 0))
 		g.Expect(err).NotTo(HaveOccurred())
 		v, err := q.Exec(context.Background()).Vector()
 		g.Expect(err).NotTo(HaveOccurred())

@@ -10,12 +10,10 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/rules"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpuhealth/gpuhealth/hack/promcheck"
 )
@@ -24,28 +22,10 @@ import (
 // file Prometheus would load.
 func loadRules(t *testing.T) []rulefmt.Rule {
 	t.Helper()
-	g := NewWithT(t)
-	b, err := os.ReadFile("rules.yaml")
-	g.Expect(err).NotTo(HaveOccurred())
-	var obj struct {
-		APIVersion string         `json:"apiVersion"`
-		Kind       string         `json:"kind"`
-		Metadata   map[string]any `json:"metadata"`
-		Spec       map[string]any `json:"spec"`
-	}
-	g.Expect(yaml.UnmarshalStrict(b, &obj)).To(Succeed())
-	g.Expect(obj.APIVersion).To(Equal("monitoring.coreos.com/v1"))
-	g.Expect(obj.Kind).To(Equal("PrometheusRule"))
-	spec, err := yaml.Marshal(obj.Spec)
-	g.Expect(err).NotTo(HaveOccurred())
-	groups, errs := rulefmt.Parse(spec, false, model.LegacyValidation, promcheck.Parser, slog.New(slog.DiscardHandler))
-	g.Expect(errs).To(BeEmpty(), "rules.yaml's spec is a valid Prometheus rule file")
-	var out []rulefmt.Rule
-	for _, grp := range groups.Groups {
-		out = append(out, grp.Rules...)
-	}
-	g.Expect(out).NotTo(BeEmpty())
-	return out
+	rules, err := promcheck.Alerts()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	NewWithT(t).Expect(rules).NotTo(BeEmpty())
+	return rules
 }
 
 // TestRulesAreWellFormed: every alert has a severity, a summary, a

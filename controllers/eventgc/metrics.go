@@ -12,4 +12,8 @@ var deleted = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() {
 	metrics.Registry.MustRegister(deleted)
+	// From zero, so the dashboard shows the collector before its first delete.
+	for _, r := range []string{ReasonRetention, ReasonCap} {
+		deleted.WithLabelValues(r)
+	}
 }

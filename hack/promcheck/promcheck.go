@@ -5,8 +5,10 @@
 package promcheck
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,7 +16,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+	"sigs.k8s.io/yaml"
 )
 
 // External lists the metrics of libraries gpuhealth's processes register
@@ -124,4 +129,91 @@ func exported(name string, known map[string]bool) bool {
 		}
 	}
 	return false
+}
+
+// Alerts reads config/prometheus/rules.yaml and returns its rules, checked
+// by Prometheus's own rule loader.
+func Alerts() ([]rulefmt.Rule, error) {
+	path := filepath.Join(RepoRoot(), "config", "prometheus", "rules.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var obj struct {
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Metadata   map[string]any `json:"metadata"`
+		Spec       map[string]any `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(b, &obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if obj.APIVersion != "monitoring.coreos.com/v1" || obj.Kind != "PrometheusRule" {
+		return nil, fmt.Errorf("%s: a %s %s, want a monitoring.coreos.com/v1 PrometheusRule", path, obj.APIVersion, obj.Kind)
+	}
+	spec, err := yaml.Marshal(obj.Spec)
+	if err != nil {
+		return nil, err
+	}
+	groups, errs := rulefmt.Parse(spec, false, model.LegacyValidation, Parser, slog.New(slog.DiscardHandler))
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %v", path, errs)
+	}
+	var out []rulefmt.Rule
+	for _, g := range groups.Groups {
+		out = append(out, g.Rules...)
+	}
+	return out, nil
+}
+
+// DashboardFile is the shipped Grafana dashboard.
+var DashboardFile = filepath.Join(RepoRoot(), "config", "grafana", "gpuhealth-dashboard.json")
+
+// Query is one query of a dashboard panel.
+type Query struct {
+	Panel, RefID, Expr string
+}
+
+// DashboardQueries returns every query of the shipped dashboard, as written.
+func DashboardQueries() ([]Query, error) {
+	b, err := os.ReadFile(DashboardFile)
+	if err != nil {
+		return nil, err
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr  string `json:"expr"`
+				RefID string `json:"refId"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("%s: %w", DashboardFile, err)
+	}
+	var out []Query
+	for _, p := range d.Panels {
+		for _, t := range p.Targets {
+			out = append(out, Query{Panel: p.Title, RefID: t.RefID, Expr: t.Expr})
+		}
+	}
+	return out, nil
+}
+
+// Variable matches a Grafana variable reference in a query.
+var Variable = regexp.MustCompile(`\$\{?(\w+)\}?`)
+
+// Builtins are Grafana's own variables the queries may use, with the value
+// Expand gives them.
+var Builtins = map[string]string{"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
+
+// Expand replaces a query's variables as Grafana would with "All" selected.
+func Expand(expr string) string {
+	return Variable.ReplaceAllStringFunc(expr, func(m string) string {
+		if v, ok := Builtins[Variable.FindStringSubmatch(m)[1]]; ok {
+			return v
+		}
+		return ".*"
+	})
 }

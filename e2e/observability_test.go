@@ -1,0 +1,139 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/prometheus/promql/promqltest"
+
+	"github.com/gpuhealth/gpuhealth/hack/promcheck"
+)
+
+// TestShippedQueriesReadTheRealMetrics runs last, after the scenarios: it
+// scrapes the real operator and monitors, loads what they export into
+// Prometheus's engine (the monitors' series with the `node` label the
+// shipped PodMonitor adds), and runs every alert and every dashboard query
+// over it. Every metric an alert names must be exported by now, and every
+// dashboard query must return data, except the few that need an event the
+// suite does not cause.
+func TestShippedQueriesReadTheRealMetrics(t *testing.T) {
+	// Polled: a metric a controller publishes on its first pass may be a
+	// scrape away.
+	NewWithT(t).Eventually(func(g Gomega) { queriesReadMetrics(t, g) }).WithTimeout(time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+}
+
+func queriesReadMetrics(t *testing.T, g Gomega) {
+	var load strings.Builder
+	load.WriteString("load 1m\n")
+	exported := map[string]bool{}
+	add := func(addr, node string) {
+		body, err := scrape(addr)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, line := range strings.Split(body, "\n") {
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			i := strings.LastIndexByte(line, ' ')
+			series, value := line[:i], line[i+1:]
+			v, err := strconv.ParseFloat(value, 64)
+			g.Expect(err).NotTo(HaveOccurred(), line)
+			name, _, _ := strings.Cut(series, "{")
+			if !ours(name) || v != v { // NaN: a quantile of nothing
+				continue
+			}
+			exported[name] = true
+			if node != "" {
+				if strings.Contains(series, "{") {
+					series = strings.Replace(series, "{", fmt.Sprintf(`{node=%q,`, node), 1)
+				} else {
+					series += fmt.Sprintf(`{node=%q}`, node)
+				}
+			}
+			fmt.Fprintf(&load, "\t%s %sx10\n", series, strconv.FormatFloat(v, 'f', -1, 64))
+		}
+	}
+	add(env.Operator.Metrics, "")
+	for node, m := range env.Monitors {
+		add(m.Metrics, node)
+	}
+	storage := promqltest.LoadedStorage(t, load.String())
+	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 10_000_000)
+	at := time.Unix(0, 0).UTC().Add(10 * time.Minute)
+	run := func(expr string) (int, error) {
+		q, err := engine.NewInstantQuery(context.Background(), storage, nil, expr, at)
+		if err != nil {
+			return 0, err
+		}
+		defer q.Close()
+		res := q.Exec(context.Background())
+		if res.Err != nil {
+			return 0, res.Err
+		}
+		v, err := res.Vector()
+		return len(v), err
+	}
+
+	alerts, err := promcheck.Alerts()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, r := range alerts {
+		_, err := run(r.Expr)
+		g.Expect(err).NotTo(HaveOccurred(), r.Alert)
+		names, err := promcheck.Metrics(r.Expr)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, n := range names {
+			g.Expect(exported).To(HaveKey(n), "%s reads %s, which the running processes export", r.Alert, n)
+		}
+	}
+
+	// Queries that are empty until something the suite does not cause.
+	mayBeEmpty := map[string]string{
+		"Nodes not Healthy/A":                   "every node may be Healthy when the suite ends",
+		"Spooled findings and publish errors/B": "no write to the apiserver failed",
+	}
+	queries, err := promcheck.DashboardQueries()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, q := range queries {
+		key := q.Panel + "/" + q.RefID
+		n, err := run(promcheck.Expand(q.Expr))
+		g.Expect(err).NotTo(HaveOccurred(), key)
+		if _, ok := mayBeEmpty[key]; !ok {
+			g.Expect(n).To(BeNumerically(">", 0), "dashboard panel %s returns data from the real metrics: %s", key, q.Expr)
+		}
+	}
+}
+
+// ours says whether a metric is one the shipped rules and dashboard may
+// read (gpuhealth's own and the controller libraries').
+func ours(name string) bool {
+	if strings.HasPrefix(name, "gpuhealth_") {
+		return true
+	}
+	for _, s := range []string{"", "_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, s); ok && promcheck.External[base] {
+			return true
+		}
+	}
+	return false
+}
+
+func scrape(addr string) (string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics") //nolint:gosec // a test URL on localhost
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", addr, resp.Status)
+	}
+	return string(b), err
+}
