@@ -14,6 +14,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/prometheus/promql/promqltest"
+	"github.com/prometheus/prometheus/rules"
 
 	"github.com/gpuhealth/gpuhealth/hack/promcheck"
 )
@@ -68,17 +69,9 @@ func queriesReadMetrics(t *testing.T, g Gomega) {
 	storage := promqltest.LoadedStorage(t, load.String())
 	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 10_000_000)
 	at := time.Unix(0, 0).UTC().Add(10 * time.Minute)
+	query := rules.EngineQueryFunc(engine, storage)
 	run := func(expr string) (int, error) {
-		q, err := engine.NewInstantQuery(context.Background(), storage, nil, expr, at)
-		if err != nil {
-			return 0, err
-		}
-		defer q.Close()
-		res := q.Exec(context.Background())
-		if res.Err != nil {
-			return 0, res.Err
-		}
-		v, err := res.Vector()
+		v, err := query(context.Background(), expr, at)
 		return len(v), err
 	}
 
@@ -114,15 +107,7 @@ func queriesReadMetrics(t *testing.T, g Gomega) {
 // ours says whether a metric is one the shipped rules and dashboard may
 // read (gpuhealth's own and the controller libraries').
 func ours(name string) bool {
-	if strings.HasPrefix(name, "gpuhealth_") {
-		return true
-	}
-	for _, s := range []string{"", "_bucket", "_sum", "_count"} {
-		if base, ok := strings.CutSuffix(name, s); ok && promcheck.External[base] {
-			return true
-		}
-	}
-	return false
+	return strings.HasPrefix(name, "gpuhealth_") || promcheck.Library(name)
 }
 
 func scrape(addr string) (string, error) {

@@ -4,17 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/prometheus/promql/promqltest"
+	"github.com/prometheus/prometheus/rules"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuhealth/gpuhealth/hack/promcheck"
 )
 
-const file = "gpuhealth-dashboard.json"
+// file is the dashboard, as the kustomization names it.
+var file = filepath.Base(promcheck.DashboardFile)
 
 type dashboard struct {
 	Title      string  `json:"title"`
@@ -139,24 +142,23 @@ const series = `load 1m
 	gpuhealth_nodehealthevents_deleted_total{reason="retention"} 0+1x60
 `
 
+// queryFixture runs instant queries over series, as a rule evaluation does.
+func queryFixture(t *testing.T) rules.QueryFunc {
+	return rules.EngineQueryFunc(promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000), promqltest.LoadedStorage(t, series))
+}
+
 // TestEveryQueryReturnsData runs each query at the end of the hour: a
 // query that returns nothing over series that have its metrics has a wrong
 // label, matcher or aggregation.
 func TestEveryQueryReturnsData(t *testing.T) {
 	d := load(t)
-	storage := promqltest.LoadedStorage(t, series)
-	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000)
+	query := queryFixture(t)
 	at := time.Unix(0, 0).UTC().Add(60 * time.Minute)
 	for _, p := range d.Panels {
 		for _, tg := range p.Targets {
 			t.Run(p.Title+"/"+tg.RefID, func(t *testing.T) {
 				g := NewWithT(t)
-				q, err := engine.NewInstantQuery(context.Background(), storage, nil, promcheck.Expand(tg.Expr), at)
-				g.Expect(err).NotTo(HaveOccurred())
-				defer q.Close()
-				res := q.Exec(context.Background())
-				g.Expect(res.Err).NotTo(HaveOccurred())
-				v, err := res.Vector()
+				v, err := query(context.Background(), promcheck.Expand(tg.Expr), at)
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(v).NotTo(BeEmpty(), tg.Expr)
 			})
@@ -169,15 +171,12 @@ func TestEveryQueryReturnsData(t *testing.T) {
 func TestNodesNotHealthyFoldsReplicas(t *testing.T) {
 	g := NewWithT(t)
 	d := load(t)
-	storage := promqltest.LoadedStorage(t, series)
-	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000)
+	query := queryFixture(t)
 	for _, p := range d.Panels {
 		if p.Title != "Nodes by phase" {
 			continue
 		}
-		q, err := engine.NewInstantQuery(context.Background(), storage, nil, promcheck.Expand(p.Targets[0].Expr), time.Unix(3600, 0))
-		g.Expect(err).NotTo(HaveOccurred())
-		v, err := q.Exec(context.Background()).Vector()
+		v, err := query(context.Background(), promcheck.Expand(p.Targets[0].Expr), time.Unix(3600, 0))
 		g.Expect(err).NotTo(HaveOccurred())
 		byPhase := map[string]float64{}
 		for _, s := range v {

@@ -120,11 +120,20 @@ func Unknown(expr string, known map[string]bool) ([]string, error) {
 }
 
 func exported(name string, known map[string]bool) bool {
-	if known[name] || External[name] {
+	return inSet(name, known) || Library(name)
+}
+
+// Library says whether name is a series of a library metric on the
+// External list.
+func Library(name string) bool { return inSet(name, External) }
+
+// inSet says whether name, or the histogram it is a series of, is in set.
+func inSet(name string, set map[string]bool) bool {
+	if set[name] {
 		return true
 	}
 	for _, s := range histogramSuffixes {
-		if base, ok := strings.CutSuffix(name, s); ok && (known[base] || External[base]) {
+		if base, ok := strings.CutSuffix(name, s); ok && set[base] {
 			return true
 		}
 	}
