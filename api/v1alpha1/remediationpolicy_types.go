@@ -171,6 +171,20 @@ const (
 	DrainDeleteAfterTimeout DrainMode = "DeleteAfterTimeout"
 )
 
+// DrainTimeoutAction is what becomes of an Evict or WaitForCompletion pod
+// still on a draining node once its drain timeout has passed.
+// +kubebuilder:validation:Enum=Wait;Delete
+type DrainTimeoutAction string
+
+const (
+	// DrainTimeoutWait leaves the pod on the node and reports it as timed out;
+	// an Evict pod's eviction is still retried.
+	DrainTimeoutWait DrainTimeoutAction = "Wait"
+	// DrainTimeoutDelete deletes the pod, bypassing PodDisruptionBudgets, as
+	// DeleteAfterTimeout does.
+	DrainTimeoutDelete DrainTimeoutAction = "Delete"
+)
+
 // NamespaceDrain sets the drain mode for some namespaces.
 // +kubebuilder:validation:XValidation:rule="has(self.namespace) != has(self.namespaceSelector)",message="set exactly one of namespace and namespaceSelector"
 type NamespaceDrain struct {
@@ -188,7 +202,10 @@ type NamespaceDrain struct {
 	// +required
 	Mode DrainMode `json:"mode"`
 
-	// timeout overrides the drain timeout for these namespaces.
+	// timeout overrides the drain timeout (drain.timeout) for these
+	// namespaces, whatever their mode: once it has passed since the drain
+	// began, DeleteAfterTimeout deletes the pods still there, and Evict and
+	// WaitForCompletion pods still there get drain.onTimeout.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
 	Timeout *Duration `json:"timeout,omitempty"`
@@ -215,12 +232,25 @@ type DrainSpec struct {
 	// +kubebuilder:validation:items:MaxLength=63
 	SkipNamespaces []string `json:"skipNamespaces,omitempty"`
 
-	// timeout is how long DeleteAfterTimeout waits before deleting pods
-	// that are still there. Default 1h.
+	// timeout is how long a drain may take, counted from its start, in every
+	// mode; an entry of namespaces can override it. Once it has passed,
+	// DeleteAfterTimeout deletes the pods still there, and Evict pods (a
+	// PodDisruptionBudget refusing their eviction, or any other reason) and
+	// WaitForCompletion pods still there get onTimeout. Pods already
+	// terminating are left to finish. Default 1h.
 	// +optional
 	// +kubebuilder:default="1h"
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
 	Timeout *Duration `json:"timeout,omitempty"`
+
+	// onTimeout is what becomes of Evict and WaitForCompletion pods still on
+	// the node past their drain timeout: Wait leaves them there (evictions
+	// are still retried) and reports them as timed out; Delete deletes them,
+	// bypassing PodDisruptionBudgets, as DeleteAfterTimeout does.
+	// DeleteAfterTimeout namespaces delete either way. Default Wait.
+	// +optional
+	// +kubebuilder:default=Wait
+	OnTimeout DrainTimeoutAction `json:"onTimeout,omitempty"`
 
 	// evictionsPerSecond limits eviction requests across all draining nodes. Default 20.
 	// +optional

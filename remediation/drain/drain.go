@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,7 +50,7 @@ const (
 	defaultTimeout                = time.Hour
 
 	// maxBlockedPods is how many blocked pods a Result lists: the MaxItems of
-	// NodeHealth status.drain.blocked.
+	// NodeHealth status.drain.blocked. TimedOutPods lists as many.
 	maxBlockedPods = 10
 )
 
@@ -93,13 +94,29 @@ type Result struct {
 	// Blocked is the number of pods whose eviction was refused with 429 Too Many
 	// Requests in this pass, which a PodDisruptionBudget does when it allows no disruption.
 	Blocked int
-	// Waiting is the number of running pods left alone because their namespace is WaitForCompletion.
+	// Waiting is the number of running pods left alone because their namespace
+	// is WaitForCompletion, including those past their timeout with onTimeout Wait.
 	Waiting int
+	// TimedOut is the number of pods that must leave, were not terminating
+	// when the pass listed them, are past their drain timeout (the namespace
+	// entry's, else spec.timeout), and that this pass neither evicted nor
+	// deleted nor found gone: Evict pods whose eviction was refused, failed or
+	// left for the next pass, WaitForCompletion pods left running with
+	// onTimeout Wait, and pods whose deletion after the timeout failed or was
+	// left for the next pass. Pods it counts are counted in Blocked or
+	// Waiting too when those apply.
+	TimedOut int
 	// BlockedPods lists up to 10 of the blocked pods, sorted by namespace and
 	// name, with the PodDisruptionBudget that selects each when one does.
 	BlockedPods []gpuhealthv1alpha1.BlockedPod
+	// TimedOutPods lists up to 10 of the pods TimedOut counts, sorted by
+	// namespace and name, each with a message saying why it is still there
+	// ("blocked by PodDisruptionBudget web past the 1h0m0s drain timeout") and,
+	// for a refused eviction, the PodDisruptionBudget that selects it.
+	TimedOutPods []gpuhealthv1alpha1.BlockedPod
 	// ForceDeleted lists, sorted, the pods deleted in this pass because their
-	// DeleteAfterTimeout expired, so the caller can emit an Event for each.
+	// timeout expired (DeleteAfterTimeout, or onTimeout Delete), so the caller
+	// can emit an Event for each.
 	ForceDeleted []types.NamespacedName
 }
 
@@ -108,12 +125,43 @@ func (r Result) Done() bool {
 	return r.Remaining == 0
 }
 
+// TimedOutMessage describes the timed-out pods in one line for a condition
+// or an Event, such as "2 pods still on the node past the drain timeout:
+// ns/web-0 blocked by PodDisruptionBudget web past the 1h0m0s drain timeout;
+// ns/train still running past the 1h0m0s drain timeout (WaitForCompletion)".
+// It names the pods of TimedOutPods and counts the rest; it is "" when
+// TimedOut is 0.
+func (r Result) TimedOutMessage() string {
+	if r.TimedOut == 0 {
+		return ""
+	}
+	var b strings.Builder
+	if r.TimedOut == 1 {
+		b.WriteString("1 pod still on the node past the drain timeout")
+	} else {
+		fmt.Fprintf(&b, "%d pods still on the node past the drain timeout", r.TimedOut)
+	}
+	for i, p := range r.TimedOutPods {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s/%s %s", p.Namespace, p.Name, p.Message)
+	}
+	if more := r.TimedOut - len(r.TimedOutPods); more > 0 && len(r.TimedOutPods) > 0 {
+		fmt.Fprintf(&b, "; and %d more", more)
+	}
+	return b.String()
+}
+
 // Drain makes one bounded pass over the pods of node: it evicts what spec
-// says to evict, deletes what has outlived its DeleteAfterTimeout, and reports
-// what is left. startedAt is when the drain of this node began; timeouts count
-// from it, and a zero startedAt never lets one expire. A pass takes about
-// five seconds at most; pods it had no time or token for are tried by the next
-// pass, so the caller requeues until Done.
+// says to evict, deletes what has outlived its timeout in a DeleteAfterTimeout
+// namespace (or in any mode with spec.onTimeout Delete), and reports what is
+// left, and what of it is past its timeout. startedAt is when the drain of
+// this node began; timeouts count from it, and a zero startedAt never lets one
+// expire. A pass takes about five seconds at most; pods it had no time or
+// token for are tried by the next pass, so the caller requeues until Done.
 //
 // Errors from independent pods are joined; the Result still counts what the
 // pass did and saw.
@@ -136,10 +184,12 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 		newModeResolver(d.client, spec).filter,
 	}
 
+	deleteOnTimeout := spec.OnTimeout == gpuhealthv1alpha1.DrainTimeoutDelete
 	var (
-		res   Result
-		errs  []error
-		tasks []task
+		res      Result
+		errs     []error
+		tasks    []task
+		timedOut []timedOutPod
 	)
 	for i := range pods.Items {
 		pod := &pods.Items[i]
@@ -161,17 +211,22 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 			// Already leaving: a second eviction would only delete it again.
 			continue
 		}
-		switch dec.verdict {
-		case wait:
+		expired := dec.expired(startedAt, now)
+		switch {
+		case expired && (dec.verdict == deleteAfterTimeout || deleteOnTimeout):
+			tasks = append(tasks, task{pod: pod, delete: true, expired: true, timeout: dec.timeout})
+		case dec.verdict == wait:
 			res.Waiting++
-		case deleteAfterTimeout:
-			if !startedAt.IsZero() && !now.Before(startedAt.Add(dec.timeout)) {
-				tasks = append(tasks, task{pod: pod, delete: true})
-			} else {
-				tasks = append(tasks, task{pod: pod})
+			if expired {
+				timedOut = append(timedOut, timedOutPod{pod: pod, timeout: dec.timeout, message: fmt.Sprintf("still running past the %s drain timeout (WaitForCompletion)", dec.timeout)})
 			}
+		case dec.verdict == deleteAfterTimeout:
+			// Not expired yet: evicted like any other pod until then.
+			tasks = append(tasks, task{pod: pod, timeout: dec.timeout})
 		default:
-			tasks = append(tasks, task{pod: pod})
+			// Evict, also past the timeout with onTimeout Wait: the budget may
+			// allow the eviction in a later pass.
+			tasks = append(tasks, task{pod: pod, expired: expired, timeout: dec.timeout})
 		}
 	}
 
@@ -179,7 +234,7 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 		blocked  []blockedPod
 		deferred int
 	)
-	for _, out := range d.run(passCtx, tasks) {
+	for i, out := range d.run(passCtx, tasks) {
 		switch out.kind {
 		case outcomeEvicted:
 			res.Evicted++
@@ -196,11 +251,19 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 			// No token, slot or time left in this pass; the next pass retries.
 			deferred++
 		}
+		if t := tasks[i]; t.expired {
+			if p, ok := t.timedOut(out); ok {
+				timedOut = append(timedOut, p)
+			}
+		}
 	}
 	if deferred > 0 {
 		log.FromContext(ctx).V(1).Info("Leaving pods for the next pass", "Node", klog.KRef("", node), "deferred", deferred)
 	}
-	res.BlockedPods = d.describeBlocked(passCtx, blocked)
+	res.TimedOut = len(timedOut)
+	budgets := d.newBudgetCache()
+	res.BlockedPods = describeBlocked(passCtx, budgets, blocked)
+	res.TimedOutPods = describeTimedOut(passCtx, budgets, timedOut)
 	slices.SortFunc(res.ForceDeleted, func(a, b types.NamespacedName) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})

@@ -2,6 +2,7 @@ package drain_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -182,6 +183,225 @@ func TestDrainDeletesABlockedPodOnceItsDeleteAfterTimeoutExpires(t *testing.T) {
 	res, err = d.Drain(t.Context(), node, spec, startedAt)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Done()).To(BeTrue())
+}
+
+func TestDrainReportsAPodBlockedPastTheDrainTimeoutAndLeavesItWithOnTimeoutWait(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	newPod(t, ns, "web-0", node, withLabels(map[string]string{"app": "web"}), running())
+	pdb := newPDB(t, ns, "web", map[string]string{"app": "web"})
+	setDisruptionsAllowed(t, pdb, 0)
+	spec := gpuhealthv1alpha1.DrainSpec{Timeout: ptr.To(gpuhealthv1alpha1.Duration("10m")), OnTimeout: gpuhealthv1alpha1.DrainTimeoutWait}
+	clk := clocktesting.NewFakeClock(epoch)
+	d := drain.New(k8sClient, clk)
+	startedAt := clk.Now()
+
+	// Just before the timeout the pod is only blocked.
+	clk.Step(10*time.Minute - time.Second)
+	res, err := d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Blocked).To(Equal(1))
+	g.Expect(res.TimedOut).To(Equal(0))
+	g.Expect(res.TimedOutPods).To(BeNil())
+	g.Expect(res.TimedOutMessage()).To(BeEmpty())
+
+	// At the timeout it is reported as timed out, and still left alone.
+	clk.Step(time.Second)
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Total).To(Equal(1))
+	g.Expect(res.Remaining).To(Equal(1))
+	g.Expect(res.Blocked).To(Equal(1))
+	g.Expect(res.ForceDeleted).To(BeEmpty())
+	g.Expect(res.TimedOut).To(Equal(1))
+	g.Expect(res.TimedOutPods).To(Equal([]gpuhealthv1alpha1.BlockedPod{{
+		Namespace:           ns,
+		Name:                "web-0",
+		PodDisruptionBudget: "web",
+		Message:             "blocked by PodDisruptionBudget web past the 10m0s drain timeout",
+	}}))
+	g.Expect(res.TimedOutMessage()).To(Equal("1 pod still on the node past the drain timeout: " +
+		ns + "/web-0 blocked by PodDisruptionBudget web past the 10m0s drain timeout"))
+	g.Expect(getPod(t, ns, "web-0").DeletionTimestamp).To(BeNil())
+
+	// The eviction is still retried: once the budget allows it the pod leaves,
+	// and a terminating pod is not timed out.
+	setDisruptionsAllowed(t, pdb, 1)
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{Total: 1, Remaining: 1, Evicted: 1}))
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{Total: 1, Remaining: 1}))
+}
+
+func TestDrainDeletesAPodBlockedPastTheDrainTimeoutWithOnTimeoutDelete(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	newPod(t, ns, "web-0", node, withLabels(map[string]string{"app": "web"}), running())
+	setDisruptionsAllowed(t, newPDB(t, ns, "web", map[string]string{"app": "web"}), 0)
+	spec := gpuhealthv1alpha1.DrainSpec{Timeout: ptr.To(gpuhealthv1alpha1.Duration("10m")), OnTimeout: gpuhealthv1alpha1.DrainTimeoutDelete}
+	clk := clocktesting.NewFakeClock(epoch)
+	d := drain.New(k8sClient, clk)
+	startedAt := clk.Now()
+
+	clk.Step(10*time.Minute - time.Second)
+	res, err := d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Blocked).To(Equal(1))
+	g.Expect(res.ForceDeleted).To(BeEmpty())
+	g.Expect(getPod(t, ns, "web-0").DeletionTimestamp).To(BeNil())
+
+	// At the timeout the pod is deleted despite the budget, as DeleteAfterTimeout does.
+	clk.Step(time.Second)
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{
+		Total:        1,
+		Remaining:    1,
+		ForceDeleted: []types.NamespacedName{{Namespace: ns, Name: "web-0"}},
+	}))
+	g.Expect(getPod(t, ns, "web-0").DeletionTimestamp).NotTo(BeNil())
+
+	// Terminating, it is neither deleted again nor timed out.
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{Total: 1, Remaining: 1}))
+
+	playKubelet(t, node)
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Done()).To(BeTrue())
+}
+
+func TestDrainTimesOutAWaitForCompletionPodAtItsNamespaceTimeout(t *testing.T) {
+	for _, action := range []gpuhealthv1alpha1.DrainTimeoutAction{gpuhealthv1alpha1.DrainTimeoutWait, gpuhealthv1alpha1.DrainTimeoutDelete} {
+		t.Run(string(action), func(t *testing.T) {
+			g := NewWithT(t)
+			ns := newNamespace(t, nil)
+			node := ns + "-node"
+			newPod(t, ns, "train", node, running())
+			spec := gpuhealthv1alpha1.DrainSpec{
+				OnTimeout: action,
+				Namespaces: []gpuhealthv1alpha1.NamespaceDrain{
+					{Namespace: ns, Mode: gpuhealthv1alpha1.DrainWaitForCompletion, Timeout: ptr.To(gpuhealthv1alpha1.Duration("30m"))},
+				},
+			}
+			clk := clocktesting.NewFakeClock(epoch)
+			d := drain.New(k8sClient, clk)
+			startedAt := clk.Now()
+
+			// Before the timeout the pod is waited for, and nothing has timed out.
+			clk.Step(30*time.Minute - time.Second)
+			res, err := d.Drain(t.Context(), node, spec, startedAt)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(res).To(Equal(drain.Result{Total: 1, Remaining: 1, Waiting: 1}))
+			g.Expect(getPod(t, ns, "train").DeletionTimestamp).To(BeNil())
+
+			clk.Step(time.Second)
+			res, err = d.Drain(t.Context(), node, spec, startedAt)
+			g.Expect(err).NotTo(HaveOccurred())
+			switch action {
+			case gpuhealthv1alpha1.DrainTimeoutWait:
+				g.Expect(res).To(Equal(drain.Result{
+					Total:     1,
+					Remaining: 1,
+					Waiting:   1,
+					TimedOut:  1,
+					TimedOutPods: []gpuhealthv1alpha1.BlockedPod{{
+						Namespace: ns,
+						Name:      "train",
+						Message:   "still running past the 30m0s drain timeout (WaitForCompletion)",
+					}},
+				}))
+				g.Expect(getPod(t, ns, "train").DeletionTimestamp).To(BeNil())
+			case gpuhealthv1alpha1.DrainTimeoutDelete:
+				g.Expect(res).To(Equal(drain.Result{
+					Total:        1,
+					Remaining:    1,
+					ForceDeleted: []types.NamespacedName{{Namespace: ns, Name: "train"}},
+				}))
+				g.Expect(getPod(t, ns, "train").DeletionTimestamp).NotTo(BeNil())
+			}
+		})
+	}
+}
+
+func TestDrainTimesOutEachNamespaceAtItsOwnTimeoutOverridingTheDrainTimeout(t *testing.T) {
+	g := NewWithT(t)
+	short := newNamespace(t, nil)
+	plain := newNamespace(t, nil)
+	long := newNamespace(t, nil)
+	node := plain + "-node"
+	for _, ns := range []string{short, plain, long} {
+		newPod(t, ns, "web-0", node, withLabels(map[string]string{"app": "web"}), running())
+		setDisruptionsAllowed(t, newPDB(t, ns, "web", map[string]string{"app": "web"}), 0)
+	}
+	spec := gpuhealthv1alpha1.DrainSpec{
+		Timeout:   ptr.To(gpuhealthv1alpha1.Duration("2h")),
+		OnTimeout: gpuhealthv1alpha1.DrainTimeoutDelete,
+		Namespaces: []gpuhealthv1alpha1.NamespaceDrain{
+			{Namespace: short, Mode: gpuhealthv1alpha1.DrainEvict, Timeout: ptr.To(gpuhealthv1alpha1.Duration("5m"))},
+			{Namespace: long, Mode: gpuhealthv1alpha1.DrainEvict, Timeout: ptr.To(gpuhealthv1alpha1.Duration("3h"))},
+		},
+	}
+	clk := clocktesting.NewFakeClock(epoch)
+	d := drain.New(k8sClient, clk)
+	startedAt := clk.Now()
+
+	// The shorter namespace timeout goes first.
+	clk.Step(5 * time.Minute)
+	res, err := d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.ForceDeleted).To(Equal([]types.NamespacedName{{Namespace: short, Name: "web-0"}}))
+	g.Expect(res.Blocked).To(Equal(2))
+	g.Expect(getPod(t, plain, "web-0").DeletionTimestamp).To(BeNil())
+	g.Expect(getPod(t, long, "web-0").DeletionTimestamp).To(BeNil())
+
+	// The drain timeout applies where no entry sets one; a longer entry outlasts it.
+	clk.Step(2*time.Hour - 5*time.Minute)
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.ForceDeleted).To(Equal([]types.NamespacedName{{Namespace: plain, Name: "web-0"}}))
+	g.Expect(res.Blocked).To(Equal(1))
+	g.Expect(getPod(t, long, "web-0").DeletionTimestamp).To(BeNil())
+
+	clk.Step(time.Hour)
+	res, err = d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.ForceDeleted).To(Equal([]types.NamespacedName{{Namespace: long, Name: "web-0"}}))
+	g.Expect(res.Blocked).To(Equal(0))
+}
+
+func TestDrainListsTenTimedOutPodsSortedAndCountsTheRest(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	// Created out of order, so the sort is what puts them in order.
+	names := []string{"p11", "p05", "p00", "p08", "p03", "p10", "p01", "p09", "p02", "p07", "p04", "p06"}
+	for _, name := range names {
+		newPod(t, ns, name, node, running())
+	}
+	spec := gpuhealthv1alpha1.DrainSpec{DefaultMode: gpuhealthv1alpha1.DrainWaitForCompletion}
+	clk := clocktesting.NewFakeClock(epoch)
+	d := drain.New(k8sClient, clk)
+	startedAt := clk.Now()
+
+	// The default drain timeout is an hour.
+	clk.Step(time.Hour)
+	res, err := d.Drain(t.Context(), node, spec, startedAt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.TimedOut).To(Equal(12))
+	g.Expect(res.Waiting).To(Equal(12))
+	g.Expect(res.TimedOutPods).To(HaveLen(10))
+	for i, p := range res.TimedOutPods {
+		g.Expect(p.Name).To(Equal(fmt.Sprintf("p%02d", i)))
+		g.Expect(p.Message).To(Equal("still running past the 1h0m0s drain timeout (WaitForCompletion)"))
+	}
+	g.Expect(res.TimedOutMessage()).To(HavePrefix("12 pods still on the node past the drain timeout: " + ns + "/p00 still running"))
+	g.Expect(res.TimedOutMessage()).To(HaveSuffix(ns + "/p09 still running past the 1h0m0s drain timeout (WaitForCompletion); and 2 more"))
 }
 
 func TestDrainChoosesTheModeByNamespaceLabels(t *testing.T) {

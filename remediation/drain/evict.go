@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -23,10 +25,44 @@ import (
 const maxMessageLen = 512
 
 // task is one request a pass sends for a pod: an eviction, or a deletion when
-// the pod's DeleteAfterTimeout has expired.
+// the pod's timeout has expired in a DeleteAfterTimeout namespace or with
+// onTimeout Delete.
 type task struct {
 	pod    *corev1.Pod
 	delete bool
+	// expired is set when the pod's drain timeout has passed.
+	expired bool
+	// timeout is the pod's drain timeout, for messages.
+	timeout time.Duration
+}
+
+// timedOut returns the timed-out pod to report when the task's pod is past
+// its timeout and out says it is still on the node and not terminating; ok is
+// false when the pass evicted or deleted it, or found it gone.
+func (t task) timedOut(out outcome) (p timedOutPod, ok bool) {
+	if !t.expired {
+		return timedOutPod{}, false
+	}
+	p = timedOutPod{pod: t.pod, timeout: t.timeout}
+	switch {
+	case out.kind == outcomeBlocked:
+		p.refusal = out.message
+		if p.refusal == "" {
+			p.refusal = "eviction refused"
+		}
+	case out.kind == outcomeFailed && t.delete:
+		p.message = fmt.Sprintf("past the %s drain timeout, deleting it failed: %v", t.timeout, out.err)
+	case out.kind == outcomeFailed:
+		p.message = fmt.Sprintf("eviction failed past the %s drain timeout: %v", t.timeout, out.err)
+	case out.kind == outcomeDeferred && t.delete:
+		p.message = fmt.Sprintf("past the %s drain timeout, deletion left for the next pass", t.timeout)
+	case out.kind == outcomeDeferred:
+		p.message = fmt.Sprintf("still running past the %s drain timeout, eviction left for the next pass", t.timeout)
+	default:
+		// Evicted, deleted or gone: the pod is leaving.
+		return timedOutPod{}, false
+	}
+	return p, true
 }
 
 // outcomeKind is what became of a task.
@@ -122,10 +158,19 @@ func blockedMessage(err error) string {
 			}
 		}
 	}
-	if len(msg) > maxMessageLen {
-		msg = msg[:maxMessageLen]
+	return truncate(msg)
+}
+
+// truncate cuts msg to fit BlockedPod.message, at a rune boundary.
+func truncate(msg string) string {
+	if len(msg) <= maxMessageLen {
+		return msg
 	}
-	return msg
+	cut := maxMessageLen
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut]
 }
 
 // blockedPod is a pod whose eviction was refused in this pass.
@@ -134,38 +179,96 @@ type blockedPod struct {
 	message string
 }
 
+// timedOutPod is a pod past its drain timeout that this pass left on the node.
+type timedOutPod struct {
+	pod     *corev1.Pod
+	timeout time.Duration
+	// refusal is the apiserver's reason when the pod's eviction was refused;
+	// the message then names the PodDisruptionBudget, found later.
+	refusal string
+	// message is why the pod is still there, for any other reason.
+	message string
+}
+
+// comparePods orders pods by namespace and name.
+func comparePods(a, b *corev1.Pod) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}
+
+// budgetCache finds the PodDisruptionBudget selecting a pod. The 429 of a
+// refused eviction names no budget in a field, so the budgets of the pod's
+// namespace are listed (once per namespace and pass) and matched against the
+// pod's labels.
+type budgetCache struct {
+	client client.Client
+	// byNamespace holds the budgets listed so far; a failed list leaves none.
+	byNamespace map[string][]policyv1.PodDisruptionBudget
+}
+
+// newBudgetCache returns an empty cache for one pass.
+func (d *Drainer) newBudgetCache() *budgetCache {
+	return &budgetCache{client: d.client, byNamespace: map[string][]policyv1.PodDisruptionBudget{}}
+}
+
+// nameFor returns the name of the budget selecting pod, or "" when none does
+// or the budgets could not be listed.
+func (c *budgetCache) nameFor(ctx context.Context, pod *corev1.Pod) string {
+	pdbs, ok := c.byNamespace[pod.Namespace]
+	if !ok {
+		list := &policyv1.PodDisruptionBudgetList{}
+		if err := c.client.List(ctx, list, client.InNamespace(pod.Namespace)); err != nil {
+			// The name is for people reading status; the count is what the
+			// caller acts on, so a failed lookup only leaves the name out.
+			log.FromContext(ctx).Error(err, "Listing PodDisruptionBudgets failed", "namespace", pod.Namespace)
+		}
+		pdbs = list.Items
+		c.byNamespace[pod.Namespace] = pdbs
+	}
+	return budgetFor(pod, pdbs)
+}
+
 // describeBlocked returns the first maxBlockedPods of blocked, sorted by
-// namespace and name, each with the name of the PodDisruptionBudget selecting
-// it. The 429 names no budget in a field, so the budgets of the pod's namespace
-// are listed (once per namespace) and matched against the pod's labels.
-func (d *Drainer) describeBlocked(ctx context.Context, blocked []blockedPod) []gpuhealthv1alpha1.BlockedPod {
+// namespace and name, each with the name of the PodDisruptionBudget selecting it.
+func describeBlocked(ctx context.Context, budgets *budgetCache, blocked []blockedPod) []gpuhealthv1alpha1.BlockedPod {
 	if len(blocked) == 0 {
 		return nil
 	}
-	slices.SortFunc(blocked, func(a, b blockedPod) int {
-		return cmp.Or(cmp.Compare(a.pod.Namespace, b.pod.Namespace), cmp.Compare(a.pod.Name, b.pod.Name))
-	})
+	slices.SortFunc(blocked, func(a, b blockedPod) int { return comparePods(a.pod, b.pod) })
 	blocked = blocked[:min(len(blocked), maxBlockedPods)]
-	budgets := map[string][]policyv1.PodDisruptionBudget{}
 	out := make([]gpuhealthv1alpha1.BlockedPod, 0, len(blocked))
 	for _, b := range blocked {
-		pdbs, ok := budgets[b.pod.Namespace]
-		if !ok {
-			list := &policyv1.PodDisruptionBudgetList{}
-			if err := d.client.List(ctx, list, client.InNamespace(b.pod.Namespace)); err != nil {
-				// The name is for people reading status; the count is what the
-				// caller acts on, so a failed lookup only leaves the name out.
-				log.FromContext(ctx).Error(err, "Listing PodDisruptionBudgets failed", "namespace", b.pod.Namespace)
-			}
-			pdbs = list.Items
-			budgets[b.pod.Namespace] = pdbs
-		}
 		out = append(out, gpuhealthv1alpha1.BlockedPod{
 			Namespace:           b.pod.Namespace,
 			Name:                b.pod.Name,
-			PodDisruptionBudget: budgetFor(b.pod, pdbs),
+			PodDisruptionBudget: budgets.nameFor(ctx, b.pod),
 			Message:             b.message,
 		})
+	}
+	return out
+}
+
+// describeTimedOut returns the first maxBlockedPods of timedOut, sorted by
+// namespace and name, each with why it is still there; a refused eviction
+// names the PodDisruptionBudget selecting the pod.
+func describeTimedOut(ctx context.Context, budgets *budgetCache, timedOut []timedOutPod) []gpuhealthv1alpha1.BlockedPod {
+	if len(timedOut) == 0 {
+		return nil
+	}
+	slices.SortFunc(timedOut, func(a, b timedOutPod) int { return comparePods(a.pod, b.pod) })
+	timedOut = timedOut[:min(len(timedOut), maxBlockedPods)]
+	out := make([]gpuhealthv1alpha1.BlockedPod, 0, len(timedOut))
+	for _, t := range timedOut {
+		p := gpuhealthv1alpha1.BlockedPod{Namespace: t.pod.Namespace, Name: t.pod.Name, Message: t.message}
+		if t.refusal != "" {
+			p.PodDisruptionBudget = budgets.nameFor(ctx, t.pod)
+			if p.PodDisruptionBudget != "" {
+				p.Message = fmt.Sprintf("blocked by PodDisruptionBudget %s past the %s drain timeout", p.PodDisruptionBudget, t.timeout)
+			} else {
+				p.Message = fmt.Sprintf("eviction refused past the %s drain timeout: %s", t.timeout, t.refusal)
+			}
+		}
+		p.Message = truncate(p.Message)
+		out = append(out, p)
 	}
 	return out
 }

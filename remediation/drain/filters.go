@@ -27,23 +27,32 @@ const (
 	skip
 	// evict removes the pod through the Eviction API.
 	evict
-	// wait leaves the pod alone until it finishes by itself; it still keeps the node from being drained.
+	// wait leaves the pod alone until it finishes by itself, or until its
+	// timeout when spec.onTimeout is Delete; it still keeps the node from being drained.
 	wait
 	// deleteAfterTimeout evicts the pod and deletes it once the timeout since the drain began has passed.
 	deleteAfterTimeout
 )
 
-// decision is a filter's verdict; timeout is set for deleteAfterTimeout only.
+// decision is a filter's verdict. For a pod that must leave (evict, wait,
+// deleteAfterTimeout) it also carries the drain timeout of its namespace.
 type decision struct {
 	verdict verdict
 	timeout time.Duration
+}
+
+// expired reports whether the decision's timeout has passed at now for a
+// drain that began at startedAt. A zero startedAt never expires.
+func (d decision) expired(startedAt, now time.Time) bool {
+	return !startedAt.IsZero() && !now.Before(startedAt.Add(d.timeout))
 }
 
 // podFilter judges one pod. It returns undecided to leave the pod to the next
 // filter; the first other verdict wins.
 type podFilter func(ctx context.Context, pod *corev1.Pod) (decision, error)
 
-// decide runs the chain on pod. A pod no filter decides is evicted.
+// decide runs the chain on pod. A pod no filter decides is evicted, with the
+// default timeout.
 func decide(ctx context.Context, chain []podFilter, pod *corev1.Pod) (decision, error) {
 	for _, f := range chain {
 		d, err := f(ctx, pod)
@@ -54,7 +63,7 @@ func decide(ctx context.Context, chain []podFilter, pod *corev1.Pod) (decision, 
 			return d, nil
 		}
 	}
-	return decision{verdict: evict}, nil
+	return decision{verdict: evict, timeout: defaultTimeout}, nil
 }
 
 // skipDaemonSetPods keeps DaemonSet pods: their controller tolerates the
@@ -139,13 +148,13 @@ func (m *modeResolver) filter(ctx context.Context, pod *corev1.Pod) (decision, e
 	}
 	switch mode {
 	case gpuhealthv1alpha1.DrainWaitForCompletion:
-		return decision{verdict: wait}, nil
+		return decision{verdict: wait, timeout: timeout}, nil
 	case gpuhealthv1alpha1.DrainDeleteAfterTimeout:
 		return decision{verdict: deleteAfterTimeout, timeout: timeout}, nil
 	default:
 		// Evict, the empty default, and any value the schema's enum should have
 		// refused: evicting honours PodDisruptionBudgets, so it is the safe choice.
-		return decision{verdict: evict}, nil
+		return decision{verdict: evict, timeout: timeout}, nil
 	}
 }
 
