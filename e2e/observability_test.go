@@ -33,6 +33,7 @@ func TestShippedQueriesReadTheRealMetrics(t *testing.T) {
 }
 
 func queriesReadMetrics(t *testing.T, g Gomega) {
+	t.Helper()
 	var load strings.Builder
 	load.WriteString("load 1m\n")
 	exported := map[string]bool{}

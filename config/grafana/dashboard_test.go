@@ -144,6 +144,7 @@ const series = `load 1m
 
 // queryFixture runs instant queries over series, as a rule evaluation does.
 func queryFixture(t *testing.T) rules.QueryFunc {
+	t.Helper()
 	return rules.EngineQueryFunc(promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000), promqltest.LoadedStorage(t, series))
 }
 

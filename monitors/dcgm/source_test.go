@@ -40,11 +40,11 @@ var recovery = func() monitors.Finding {
 	return f
 }()
 
-// ramp returns n counter values starting at from, rising by step.
-func ramp(from, step int64, n int) []int64 {
+// ramp returns n counter values starting at 0, rising by step.
+func ramp(step int64, n int) []int64 {
 	out := make([]int64, n)
 	for i := range out {
-		out[i] = from + int64(i)*step
+		out[i] = int64(i) * step
 	}
 	return out
 }
@@ -79,7 +79,7 @@ func TestNVLinkRate(t *testing.T) {
 		{
 			name:  "a rate over the threshold raises once a window is judged and resolves when the rate falls back",
 			field: FieldNVLinkCRCFlitErrorTotal,
-			steps: steps(concat(ramp(0, 1010, 9), []int64{8080, 8080}), map[int][]monitors.Finding{
+			steps: steps(concat(ramp(1010, 9), []int64{8080, 8080}), map[int][]monitors.Finding{
 				6: {crcFlit},           // 6060 in 60 s = 101/s > 100/s
 				9: {resolved(crcFlit)}, // (8080-3030)/60 s = 84/s
 			}),
@@ -87,12 +87,12 @@ func TestNVLinkRate(t *testing.T) {
 		{
 			name:  "a rate equal to the threshold is not a finding",
 			field: FieldNVLinkCRCFlitErrorTotal,
-			steps: steps(ramp(0, 1000, 12), nil),
+			steps: steps(ramp(1000, 12), nil),
 		},
 		{
 			name:  "a counter reset restarts the window and resolves nothing until a whole window after it is judged",
 			field: FieldNVLinkCRCFlitErrorTotal,
-			steps: steps(concat(ramp(0, 1010, 7), []int64{0, 0, 0, 0, 0, 0, 0}), map[int][]monitors.Finding{
+			steps: steps(concat(ramp(1010, 7), []int64{0, 0, 0, 0, 0, 0, 0}), map[int][]monitors.Finding{
 				6:  {crcFlit},
 				13: {resolved(crcFlit)}, // 60 s after the reset at step 7
 			}),
@@ -100,7 +100,7 @@ func TestNVLinkRate(t *testing.T) {
 		{
 			name:  "a counter reset during an error storm keeps the condition without reporting it again",
 			field: FieldNVLinkCRCFlitErrorTotal,
-			steps: steps(concat(ramp(0, 1010, 7), ramp(0, 2000, 10)), map[int][]monitors.Finding{
+			steps: steps(concat(ramp(1010, 7), ramp(2000, 10)), map[int][]monitors.Finding{
 				6: {crcFlit},
 			}),
 		},
@@ -108,7 +108,7 @@ func TestNVLinkRate(t *testing.T) {
 			name:   "a condition that persists is reported again every repeat interval",
 			source: Source{RepeatInterval: 30 * time.Second},
 			field:  FieldNVLinkCRCFlitErrorTotal,
-			steps: steps(ramp(0, 2000, 13), map[int][]monitors.Finding{
+			steps: steps(ramp(2000, 13), map[int][]monitors.Finding{
 				6: {crcFlit}, 9: {crcFlit}, 12: {crcFlit},
 			}),
 		},
@@ -124,13 +124,13 @@ func TestNVLinkRate(t *testing.T) {
 			name:   "a counter left out of the thresholds is not judged",
 			source: Source{NVLinkThresholds: map[Field]float64{FieldNVLinkCRCDataErrorTotal: 100}},
 			field:  FieldNVLinkCRCFlitErrorTotal,
-			steps:  steps(ramp(0, 100000, 10), nil),
+			steps:  steps(ramp(100000, 10), nil),
 		},
 		{
 			name:   "a lower threshold raises on a lower rate",
 			source: Source{NVLinkThresholds: map[Field]float64{FieldNVLinkCRCFlitErrorTotal: 1}},
 			field:  FieldNVLinkCRCFlitErrorTotal,
-			steps: steps(ramp(0, 11, 7), map[int][]monitors.Finding{
+			steps: steps(ramp(11, 7), map[int][]monitors.Finding{
 				6: {crcFlit},
 			}),
 		},
@@ -157,7 +157,7 @@ func TestNVLinkRateMessage(t *testing.T) {
 	g := NewWithT(t)
 	client := newFakeClient()
 	p := newPoller(t, Source{}, client)
-	for i, v := range ramp(0, 1200, 7) {
+	for i, v := range ramp(1200, 7) {
 		client.setCounter(1, FieldNVLinkCRCDataErrorTotal, v)
 		p.poll(time.Duration(min(i, 1)) * poll)
 	}

@@ -139,6 +139,7 @@ func TestXIDRaisedAsWatchingIsLoggedArrives(t *testing.T) {
 }
 
 func appendFile(t *testing.T, path, data string) {
+	t.Helper()
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Error(err)
