@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
 	crconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -105,7 +106,7 @@ func run() int {
 		log.Error(err, "Starting the HTTP endpoints failed")
 		return 1
 	}
-	log.Info("Starting gpuhealth-monitor", "Node", cfg.NodeName, "sources", cfg.SourcesOrDefault())
+	log.Info("Starting gpuhealth-monitor", "Node", klog.KRef("", cfg.NodeName), "sources", cfg.SourcesOrDefault())
 	if err := m.Run(ctx); err != nil {
 		log.Error(err, "Monitor stopped with an error")
 		return 1

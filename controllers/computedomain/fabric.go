@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -266,7 +267,7 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		var changed bool
 		var err error
 		if want {
-			logger.V(1).Info("Tainting node fabric-degraded", "Node", n.Name)
+			logger.V(1).Info("Tainting node fabric-degraded", "Node", klog.KObj(n))
 			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, clique); changed {
 				fabricTaintChanges.WithLabelValues(actionAdd).Inc()
 				r.Recorder.Eventf(n, nil, corev1.EventTypeWarning, ReasonFabricDegraded, "Taint",
@@ -283,7 +284,7 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			errs = append(errs, err)
 		}
 		if changed {
-			logger.Info("Changed fabric-degraded taint", "Node", n.Name, "tainted", want)
+			logger.Info("Changed fabric-degraded taint", "Node", klog.KObj(n), "tainted", want)
 		}
 	}
 	err := errors.Join(errs...)

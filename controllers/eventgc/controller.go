@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -150,7 +151,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		switch {
 		case err == nil:
 			deleted.WithLabelValues(d.reason).Inc()
-			logger.V(1).Info("Deleted a finished NodeHealthEvent", "nodeHealthEvent", e.Name, "phase", e.Status.Phase, "finishedAt", d.finished, "why", d.reason)
+			logger.V(1).Info("Deleted a finished NodeHealthEvent", "NodeHealthEvent", klog.KObj(e), "phase", e.Status.Phase, "finishedAt", d.finished, "why", d.reason)
 		case apierrors.IsNotFound(err):
 		case apierrors.IsConflict(err):
 			// Changed since the cache read it: judge it again.

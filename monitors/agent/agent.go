@@ -138,10 +138,10 @@ func (a *Agent) supervise(ctx context.Context, s monitors.Source) {
 		case errors.Is(err, monitors.ErrUnavailable):
 			a.set(s.Name(), StateUnavailable, err)
 			if reason := err.Error(); reason != lastReason {
-				a.Log.Info("Source cannot run on this node now; continuing without it and trying again", "source", s.Name(), "reason", reason, "retryIn", wait.String())
+				a.Log.Info("Source cannot run on this node now; continuing without it and trying again", "source", s.Name(), "err", err, "retryIn", wait.String())
 				lastReason = reason
 			} else {
-				a.Log.V(1).Info("Source still cannot run on this node", "source", s.Name(), "reason", reason, "retryIn", wait.String())
+				a.Log.V(1).Info("Source still cannot run on this node", "source", s.Name(), "err", err, "retryIn", wait.String())
 			}
 		default:
 			if err == nil {

@@ -267,7 +267,7 @@ func (r *run) checkDaemon(ctx context.Context) {
 		code, msg = CodeTimeout, fmt.Sprintf("nvidia-imex-ctl %s did not answer within %s", strings.Join(r.daemonArgs, " "), r.timeout)
 	case err != nil:
 		runs.WithLabelValues(resultError).Inc()
-		r.log.V(1).Info("IMEX daemon probe failed", "err", err.Error())
+		r.log.V(1).Info("IMEX daemon probe failed", "err", err)
 		// A state printed before a non-zero exit says more than the exit.
 		if state, perr := ParseDaemonStatus(out); perr == nil && state != DaemonReady {
 			code, msg = state, fmt.Sprintf("IMEX daemon is %s (%v)", state, err)
@@ -309,7 +309,7 @@ func (r *run) checkDomain(ctx context.Context) {
 		// The daemon probe reports a daemon that does not answer; the
 		// domain's state is unknown, which is not a change.
 		runs.WithLabelValues(resultError).Inc()
-		r.log.V(1).Info("IMEX domain probe failed", "err", err.Error())
+		r.log.V(1).Info("IMEX domain probe failed", "err", err)
 		return
 	}
 	d, perr := ParseDomainStatus(out)

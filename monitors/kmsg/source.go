@@ -189,7 +189,7 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 			// not processed: nothing is reported after cancellation, and
 			// the cursor does not cover them, so the next start reads them.
 			if err := <-readDone; err != nil {
-				log.V(1).Info("Kernel log reader stopped with an error after cancellation", "err", err.Error())
+				log.V(1).Info("Kernel log reader stopped with an error after cancellation", "err", err)
 			}
 			flush()
 			return nil
@@ -296,7 +296,7 @@ func (r *run) process(rec string) {
 	switch {
 	case err != nil:
 		lines.WithLabelValues(resultMalformed).Inc()
-		r.log.V(1).Info("Skipping malformed kernel log record", "err", err.Error())
+		r.log.V(1).Info("Skipping malformed kernel log record", "err", err)
 	case e.Kind == KindNone:
 		lines.WithLabelValues(resultIgnored).Inc()
 	default:

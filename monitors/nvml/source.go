@@ -245,7 +245,7 @@ func (s *Source) registerEvents(lib gonvml.Interface) (gonvml.EventSet, int, err
 	registered := 0
 	for _, d := range s.devices {
 		if ret := d.handle.RegisterEvents(gonvml.EventTypeXidCriticalError, set); ret != gonvml.SUCCESS {
-			s.Log.Info("GPU does not deliver XID events through NVML; the kmsg source still sees them", "gpu", d.uuid, "error", lib.ErrorString(ret))
+			s.Log.Info("GPU does not deliver XID events through NVML; the kmsg source still sees them", "gpu", d.uuid, "err", lib.ErrorString(ret))
 			continue
 		}
 		registered++
@@ -292,7 +292,7 @@ func (s *Source) watchEvents(ctx context.Context, lib gonvml.Interface, set gonv
 			if failures >= maxWaitErrors {
 				return fmt.Errorf("waiting for NVML events: %s, %d times in a row", lib.ErrorString(ret), failures)
 			}
-			s.Log.Info("Waiting for NVML events failed; retrying", "error", lib.ErrorString(ret))
+			s.Log.Error(errors.New(lib.ErrorString(ret)), "Waiting for NVML events failed; retrying")
 			if !s.sleep(ctx, time.Second) {
 				return nil
 			}

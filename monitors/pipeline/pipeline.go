@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -125,7 +126,7 @@ func New(opts Options) (*Pipeline, error) {
 	now := opts.Clock.Now()
 	for _, r := range opts.Replay {
 		if r.Spec.NodeName != opts.NodeName {
-			opts.Log.Info("Dropping spooled finding about another node", "record", r.Name(), "nodeName", r.Spec.NodeName)
+			opts.Log.Info("Dropping spooled finding about another node", "record", r.Name(), "Node", klog.KRef("", r.Spec.NodeName))
 			_ = opts.Spool.Delete(r.Name())
 			continue
 		}
@@ -264,7 +265,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	// Learn the REST mapping now rather than on the first finding: the
 	// client discovers API groups lazily, which takes a second or more.
 	if _, err := p.opts.Client.RESTMapper().RESTMapping(schema.GroupKind{Group: gpuhealthv1alpha1.GroupVersion.Group, Kind: "NodeHealthEvent"}); err != nil {
-		p.opts.Log.V(1).Info("Discovering the NodeHealthEvent API failed; the first write retries", "error", err.Error())
+		p.opts.Log.V(1).Info("Discovering the NodeHealthEvent API failed; the first write retries", "err", err)
 	}
 	work := make(chan string)
 	var wg sync.WaitGroup
@@ -384,7 +385,7 @@ func (p *Pipeline) publish(ctx context.Context, name string) {
 		return
 	case errors.Is(err, errInvalid):
 		droppedTotal.WithLabelValues(string(rec.Spec.Severity), dropRejected).Inc()
-		p.opts.Log.Error(err, "The apiserver rejected the finding; dropping it", "NodeHealthEvent", name)
+		p.opts.Log.Error(err, "The apiserver rejected the finding; dropping it", "NodeHealthEvent", klog.KRef("", name))
 		delete(p.entries, name)
 		_ = p.opts.Spool.Delete(name)
 		spoolRecords.Set(float64(p.opts.Spool.Len()))
@@ -397,7 +398,7 @@ func (p *Pipeline) publish(ctx context.Context, name string) {
 		e.failures++
 		backoff := min(firstBackoff<<min(e.failures-1, 10), maxBackoff)
 		e.retryAt = now.Add(backoff)
-		p.opts.Log.V(1).Info("Publishing finding failed; will retry", "NodeHealthEvent", name, "error", err.Error(), "retryIn", backoff.String())
+		p.opts.Log.V(1).Info("Publishing finding failed; will retry", "NodeHealthEvent", klog.KRef("", name), "err", err, "retryIn", backoff.String())
 		return
 	}
 	e.failures, e.retryAt, e.lastWrite, e.urgent = 0, time.Time{}, now, false
