@@ -25,6 +25,8 @@ RBAC_PATHS := $(strip $(foreach d,controllers remediation cmd/gpuhealth-operator
 
 # Generated files that verify-generated checks.
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac
+# Module files that verify-generated checks after go mod tidy.
+MODFILES := go.mod go.sum
 
 GO_TEST_FLAGS ?= -count=1
 OUTPUT ?= $(CURDIR)/_output
@@ -63,12 +65,20 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC from the Go
 	@if [ -n "$(RBAC_PATHS)" ]; then set -x; $(CONTROLLER_GEN) rbac:roleName=gpuhealth-operator $(RBAC_PATHS) output:rbac:artifacts:config=config/rbac; fi
 
 .PHONY: verify-generated
-verify-generated: generate ## Fail when generated files differ from what is committed.
-	@changed=$$(git status --porcelain --untracked-files=all -- $(GENERATED)); \
+verify-generated: generate ## Fail when generated files, go.mod or go.sum (after go mod tidy) differ from what is committed.
+	go mod tidy
+	@stale=0; \
+	changed=$$(git status --porcelain --untracked-files=all -- $(GENERATED)); \
 	if [ -n "$$changed" ]; then \
 	  echo "Generated files are stale; run 'make generate' and commit the result:"; echo "$$changed"; \
-	  git --no-pager diff --stat -- $(GENERATED); exit 1; \
-	fi; echo "generated files are up to date"
+	  git --no-pager diff --stat -- $(GENERATED); stale=1; \
+	fi; \
+	changed=$$(git status --porcelain --untracked-files=all -- $(MODFILES)); \
+	if [ -n "$$changed" ]; then \
+	  echo "go.mod or go.sum is not tidy; run 'go mod tidy' and commit the result:"; echo "$$changed"; \
+	  git --no-pager diff -- $(MODFILES); stale=1; \
+	fi; \
+	if [ "$$stale" = 1 ]; then exit 1; fi; echo "generated files and go.mod/go.sum are up to date"
 
 .PHONY: fmt
 fmt: ## Run gofmt on the tree.
