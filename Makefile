@@ -44,8 +44,7 @@ build: build-operator build-monitor ## Build both binaries into _output/bin.
 
 .PHONY: build-operator
 build-operator: ## Build gpuhealth-operator (static, CGO_ENABLED=0).
-	@if [ -d cmd/gpuhealth-operator ]; then CGO_ENABLED=0 go build -trimpath -o $(OUTPUT)/bin/gpuhealth-operator ./cmd/gpuhealth-operator; \
-	else echo "cmd/gpuhealth-operator does not exist yet (operator core issue)"; fi
+	CGO_ENABLED=0 go build -trimpath -o $(OUTPUT)/bin/gpuhealth-operator ./cmd/gpuhealth-operator
 
 .PHONY: build-monitor
 build-monitor: ## Build gpuhealth-monitor (cgo: go-nvml and go-dcgm dlopen their libraries).
