@@ -1,3 +1,3 @@
-// Package job builds, creates and reads the Jobs gpuhealth runs on a node:
-// recertification, GPU reset and node reboot.
+// Package job builds, creates, reads and cancels the Jobs gpuhealth runs on a
+// node: recertification, GPU reset and node reboot.
 package job

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -174,4 +175,62 @@ func Result(j *batchv1.Job) (gpuhealthv1alpha1.JobResult, string) {
 		return gpuhealthv1alpha1.JobRunning, "job running"
 	}
 	return gpuhealthv1alpha1.JobPending, "job pending"
+}
+
+// DeleteUnfinished deletes the node's Jobs in namespace — every Kind, those
+// labelled NodeLabel=node that Build made — whose Result is neither
+// JobSucceeded nor JobFailed, and returns the names it deleted, sorted. It
+// is for a workflow that ends early (a human's uncordon cancels it, a
+// release returns the node) while a privileged reset, reboot or
+// recertification Job of it may still run or wait to be scheduled.
+//
+// The delete propagates in the background, so the garbage collector removes
+// the Jobs' pods too (orphaned, they would keep running on the node). Each
+// delete is conditional on the UID and resourceVersion read, so a Job that
+// finishes between the list and the delete is read again and kept:
+// finished Jobs stay for their logs until their TTL (a day) removes them. A
+// Job already gone (NotFound) or already being deleted is not an error and
+// not in the result. c may read from a cache: a Job created moments ago may
+// be missed, and a Job changed since it was cached costs one more read;
+// a Job that still conflicts after that is an error to retry on.
+func DeleteUnfinished(ctx context.Context, c client.Client, namespace, node string) ([]string, error) {
+	var jobs batchv1.JobList
+	if err := c.List(ctx, &jobs, client.InNamespace(namespace), client.MatchingLabels{NodeLabel: node}, client.HasLabels{KindLabel}); err != nil {
+		return nil, fmt.Errorf("listing jobs of node %s: %w", node, err)
+	}
+	var deleted []string
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		ok, err := deleteIfUnfinished(ctx, c, j)
+		if apierrors.IsConflict(err) {
+			// Changed since it was read: read it again, it may have finished.
+			if err = c.Get(ctx, client.ObjectKeyFromObject(j), j); err == nil {
+				ok, err = deleteIfUnfinished(ctx, c, j)
+			}
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return deleted, fmt.Errorf("deleting job %s/%s of node %s: %w", namespace, j.Name, node, err)
+		case ok:
+			deleted = append(deleted, j.Name)
+		}
+	}
+	slices.Sort(deleted)
+	return deleted, nil
+}
+
+// deleteIfUnfinished deletes j, as read, unless it finished or is being
+// deleted already, and says whether it did.
+func deleteIfUnfinished(ctx context.Context, c client.Client, j *batchv1.Job) (bool, error) {
+	if !j.DeletionTimestamp.IsZero() {
+		return false, nil
+	}
+	if r, _ := Result(j); r == gpuhealthv1alpha1.JobSucceeded || r == gpuhealthv1alpha1.JobFailed {
+		return false, nil
+	}
+	uid, rv := j.UID, j.ResourceVersion
+	err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground),
+		client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	return err == nil, err
 }
