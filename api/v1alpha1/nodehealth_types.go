@@ -185,6 +185,18 @@ type RecertificationStatus struct {
 	// +kubebuilder:validation:MaxLength=63
 	RemediationJob string `json:"remediationJob,omitempty"`
 
+	// remediationStartedAt is when this attempt's reset or reboot step started.
+	// +optional
+	RemediationStartedAt *metav1.Time `json:"remediationStartedAt,omitempty"`
+
+	// bootID is the node's status.nodeInfo.bootID when this attempt's reboot
+	// step started. The reboot is done when the node reports another boot ID
+	// and is Ready again; its Job may fail or vanish with its pod meanwhile.
+	// Empty when the node reported none: the Job's result is then taken.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	BootID string `json:"bootID,omitempty"`
+
 	// jobName is the name of the recertification Job of this attempt
 	// (in the operator's namespace).
 	// +optional

@@ -178,6 +178,35 @@ type NodeHealthEventStatus struct {
 	// observedBy is the NodeHealth transition this finding caused, if any.
 	// +optional
 	ObservedBy *TransitionRef `json:"observedBy,omitempty"`
+
+	// occurrences are the counts the operator saw and when, oldest first,
+	// kept for findings a debounce rule judges: occurrences within the
+	// rule's window are the count less the newest sample at least a window
+	// old. Samples older than the window are dropped but that newest one;
+	// at most 32 are kept (the second oldest goes first, so a full list
+	// counts more, never fewer). Written by the operator.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Occurrences []OccurrenceSample `json:"occurrences,omitempty"`
+
+	// supersededCount is the count when the finding was last superseded:
+	// a debounce counts only occurrences after it. Written by the operator.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SupersededCount int64 `json:"supersededCount,omitempty"`
+}
+
+// OccurrenceSample is a finding's count as the operator saw it at a time.
+type OccurrenceSample struct {
+	// time is the finding's lastSeen when the count was seen.
+	// +required
+	Time metav1.Time `json:"time"`
+
+	// count is the finding's count then.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Count int64 `json:"count"`
 }
 
 // NodeHealthEvent is one finding about one node: an XID, an NVLink error

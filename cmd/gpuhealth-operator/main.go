@@ -26,6 +26,7 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/controllers/eventgc"
+	"github.com/gpuhealth/gpuhealth/controllers/index"
 	"github.com/gpuhealth/gpuhealth/controllers/nodehealth"
 	"github.com/gpuhealth/gpuhealth/controllers/policy"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
@@ -133,14 +134,20 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := mgr.Add(view); err != nil {
 		return fmt.Errorf("adding the ComputeDomain view: %w", err)
 	}
-	recorder := mgr.GetEventRecorder("gpuhealth-operator")
+	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	recorder := mgr.GetEventRecorder(nodehealth.FieldManager)
+	// One breaker: the nodehealth reconciler asks it, the policy status
+	// controller mirrors it.
+	brk := breaker.New()
 	r := &nodehealth.Reconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Clock:                   clk,
 		Recorder:                recorder,
 		Drainer:                 drain.New(mgr.GetClient(), clk),
-		Breaker:                 breaker.New(),
+		Breaker:                 brk,
 		Namespace:               o.namespace,
 		ComputeDomains:          view,
 		MaxConcurrentReconciles: o.workers,
@@ -153,7 +160,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := (&computedomain.FabricReconciler{Client: mgr.GetClient(), Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the fabric controller: %w", err)
 	}
-	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder}).SetupWithManager(mgr); err != nil {
+	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Breaker: brk}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy status controller: %w", err)
 	}
 	gc := &eventgc.Reconciler{Client: mgr.GetClient(), Clock: clk, Retention: o.eventRetention, MaxPerNode: o.maxEventsPerNode}

@@ -33,14 +33,6 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 const (
-	// CliqueIndex indexes Nodes by their NVLink clique label and by the
-	// clique named in FabricAnnotation, so a clique's reconcile finds both
-	// its nodes and the nodes it tainted that have since moved.
-	CliqueIndex = "computedomain.clique"
-	// EventNodeIndex indexes NodeHealthEvents by spec.nodeName for this
-	// controller (an index name belongs to one registration).
-	EventNodeIndex = "computedomain.spec.nodeName"
-
 	// ReasonFabricDegraded is the Event reason when a clique's nodes are tainted.
 	ReasonFabricDegraded = "FabricDegraded"
 	// ReasonFabricRecovered is the Event reason when the taint is lifted.
@@ -66,19 +58,9 @@ type FabricReconciler struct {
 }
 
 // SetupWithManager registers the indexes and watches.
-func (r *FabricReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+func (r *FabricReconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil || r.Recorder == nil {
 		return errors.New("computedomain.FabricReconciler needs Client and Recorder")
-	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Node{}, CliqueIndex, func(o client.Object) []string {
-		return nodeCliques(o)
-	}); err != nil {
-		return fmt.Errorf("indexing nodes by clique: %w", err)
-	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &gpuhealthv1alpha1.NodeHealthEvent{}, EventNodeIndex, func(o client.Object) []string {
-		return []string{o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}
-	}); err != nil {
-		return fmt.Errorf("indexing events by node: %w", err)
 	}
 	workers := r.MaxConcurrentReconciles
 	if workers == 0 {
@@ -95,8 +77,10 @@ func (r *FabricReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 		Complete(r)
 }
 
-// nodeCliques is the clique label value and the clique in FabricAnnotation.
-func nodeCliques(o client.Object) []string {
+// NodeCliques is the clique label value and the clique in FabricAnnotation:
+// what gpuhealthv1alpha1.NodeCliqueField indexes, so a clique's reconcile
+// finds both its nodes and the nodes it tainted that have since moved.
+func NodeCliques(o client.Object) []string {
 	var out []string
 	if v := o.GetLabels()[CliqueNodeLabel]; v != "" {
 		out = append(out, v)
@@ -116,7 +100,7 @@ func cliqueRequests(cliques []string) []ctrl.Request {
 }
 
 func nodeToCliques(_ context.Context, o client.Object) []ctrl.Request {
-	return cliqueRequests(nodeCliques(o))
+	return cliqueRequests(NodeCliques(o))
 }
 
 // nodeCliqueChanged lets through what moves a node between cliques or
@@ -133,7 +117,7 @@ var nodeCliqueChanged = predicate.Funcs{
 // fabricEvent lets through fabric-scoped findings only.
 var fabricEvent = predicate.NewPredicateFuncs(func(o client.Object) bool {
 	ev, ok := o.(*gpuhealthv1alpha1.NodeHealthEvent)
-	return ok && fabricCheck(&ev.Spec)
+	return ok && ev.Spec.IsCliqueFault()
 })
 
 func (r *FabricReconciler) nodeCliqueOf(ctx context.Context, name string) []ctrl.Request {
@@ -141,7 +125,7 @@ func (r *FabricReconciler) nodeCliqueOf(ctx context.Context, name string) []ctrl
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
 		return nil
 	}
-	return cliqueRequests(nodeCliques(n))
+	return cliqueRequests(NodeCliques(n))
 }
 
 func (r *FabricReconciler) eventToClique(ctx context.Context, o client.Object) []ctrl.Request {
@@ -160,7 +144,7 @@ func (r *FabricReconciler) allCliques(ctx context.Context, _ client.Object) []ct
 	}
 	seen := map[string]bool{}
 	for i := range list.Items {
-		for _, c := range nodeCliques(&list.Items[i]) {
+		for _, c := range NodeCliques(&list.Items[i]) {
 			seen[c] = true
 		}
 	}
@@ -171,31 +155,12 @@ func (r *FabricReconciler) allCliques(ctx context.Context, _ client.Object) []ct
 	return cliqueRequests(out)
 }
 
-// fabricCheck says whether a finding is about the clique's shared fabric
-// rather than one node: the IMEX domain DOWN, a fatal NVSwitch fault (DCGM
-// health or an SXid), or a GPU's fabric not COMPLETED or unhealthy (the
-// monitor reports those Fatal; LIMITED_CAPACITY is Degraded and stays a
-// node matter).
-func fabricCheck(s *gpuhealthv1alpha1.NodeHealthEventSpec) bool {
-	switch s.Check {
-	case gpuhealthv1alpha1.CheckIMEXDomain:
-		return strings.EqualFold(s.Code, "DOWN")
-	case gpuhealthv1alpha1.CheckNVSwitch, gpuhealthv1alpha1.CheckSXID, gpuhealthv1alpha1.CheckFabric:
-		return s.Severity == gpuhealthv1alpha1.SeverityFatal
-	}
-	return false
-}
-
-func isIMEX(s *gpuhealthv1alpha1.NodeHealthEventSpec) bool {
-	return s.Source == gpuhealthv1alpha1.SourceIMEX || s.Check == gpuhealthv1alpha1.CheckIMEXDomain || s.Check == gpuhealthv1alpha1.CheckIMEXDaemon
-}
-
 // IsFabricFault says whether a finding is a fabric-scoped fault that is
 // still open: not resolved, and not ignored, resolved or superseded by the
 // operator's judgement (which ignores, for example, IMEX findings of a node
 // that is no ComputeDomain member).
 func IsFabricFault(ev *gpuhealthv1alpha1.NodeHealthEvent) bool {
-	if !fabricCheck(&ev.Spec) || ev.Status.Resolved {
+	if !ev.Spec.IsCliqueFault() || ev.Status.Resolved {
 		return false
 	}
 	switch ev.Status.Phase {
@@ -212,7 +177,7 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	ctx = log.IntoContext(ctx, logger)
 
 	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingFields{CliqueIndex: clique}); err != nil {
+	if err := r.Client.List(ctx, nodes, client.MatchingFields{gpuhealthv1alpha1.NodeCliqueField: clique}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing nodes of clique %s: %w", clique, err)
 	}
 	policies := &gpuhealthv1alpha1.RemediationPolicyList{}
@@ -240,12 +205,12 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		cd := p.Spec.ComputeDomain
 		eligible[n.Name] = !p.Spec.DryRun && (cd.TaintDegradedCliques == nil || *cd.TaintDegradedCliques)
 		evs := &gpuhealthv1alpha1.NodeHealthEventList{}
-		if err := r.Client.List(ctx, evs, client.MatchingFields{EventNodeIndex: n.Name}); err != nil {
+		if err := r.Client.List(ctx, evs, client.MatchingFields{gpuhealthv1alpha1.EventNodeNameField: n.Name}); err != nil {
 			return ctrl.Result{}, fmt.Errorf("listing events of node %s: %w", n.Name, err)
 		}
 		for j := range evs.Items {
 			ev := &evs.Items[j]
-			if isIMEX(&ev.Spec) && n.Labels[NodeLabel] == "" && ev.Status.Phase != gpuhealthv1alpha1.EventActive {
+			if ev.Spec.IsIMEX() && n.Labels[NodeLabel] == "" && ev.Status.Phase != gpuhealthv1alpha1.EventActive {
 				// IMEX runs only on ComputeDomain members. Without the node
 				// label, wait for the node controller's judgement (which
 				// ignores a non-member's stale report) before tainting a rack.

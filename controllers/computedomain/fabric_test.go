@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -65,6 +66,12 @@ func startFabric(t *testing.T, g *WithT) {
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &FabricReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpuhealth-test")}
+	// The operator registers these through controllers/index, which imports
+	// this package; here the two this controller lists by.
+	g.Expect(mgr.GetFieldIndexer().IndexField(ctx, &corev1.Node{}, gpuhealthv1alpha1.NodeCliqueField, NodeCliques)).To(Succeed())
+	g.Expect(mgr.GetFieldIndexer().IndexField(ctx, &gpuhealthv1alpha1.NodeHealthEvent{}, gpuhealthv1alpha1.EventNodeNameField, func(o client.Object) []string {
+		return []string{o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}
+	})).To(Succeed())
 	g.Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

@@ -39,10 +39,6 @@ const conflictRecheck = time.Second
 // recurring is not deleted and re-created over and over.
 const capGrace = time.Hour
 
-// NodeIndex indexes NodeHealthEvents by spec.nodeName in the manager's
-// cache, under a name of this controller's own.
-const NodeIndex = "eventgc.spec.nodeName"
-
 // Why an event was deleted, the reason label of the deletions metric.
 const (
 	ReasonRetention = "retention"
@@ -73,15 +69,13 @@ type Reconciler struct {
 	MaxPerNode int
 }
 
-// SetupWithManager indexes events by node and registers the watches: a new
+// SetupWithManager registers the watches (it lists by the index
+// gpuhealthv1alpha1.EventNodeNameField, which controllers/index registers): a new
 // event, a change of an event's phase, and a deleted Node (its events may
 // now go) reconcile that node.
-func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil || r.Clock == nil || r.Retention < 0 || r.MaxPerNode < 0 {
 		return errors.New("eventgc.Reconciler needs Client and Clock, and Retention and MaxPerNode not negative")
-	}
-	if err := IndexByNode(ctx, mgr.GetFieldIndexer()); err != nil {
-		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodehealthevent_gc").
@@ -93,16 +87,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			UpdateFunc: func(event.UpdateEvent) bool { return false },
 		})).
 		Complete(r)
-}
-
-// IndexByNode adds NodeIndex, which the Reconciler lists by, to a cache.
-func IndexByNode(ctx context.Context, indexer client.FieldIndexer) error {
-	if err := indexer.IndexField(ctx, &gpuhealthv1alpha1.NodeHealthEvent{}, NodeIndex, func(o client.Object) []string {
-		return []string{o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}
-	}); err != nil {
-		return fmt.Errorf("indexing nodehealthevents by node: %w", err)
-	}
-	return nil
 }
 
 func eventNode(_ context.Context, o client.Object) []ctrl.Request {
@@ -127,7 +111,7 @@ var createdOrPhaseChanged = predicate.Funcs{
 // next finished event's retention ends.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	events := &gpuhealthv1alpha1.NodeHealthEventList{}
-	if err := r.Client.List(ctx, events, client.MatchingFields{NodeIndex: req.Name}); err != nil {
+	if err := r.Client.List(ctx, events, client.MatchingFields{gpuhealthv1alpha1.EventNodeNameField: req.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing nodehealthevents of node %s: %w", req.Name, err)
 	}
 	if len(events.Items) == 0 {

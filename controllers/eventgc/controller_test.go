@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/index"
 	"github.com/gpuhealth/gpuhealth/hack/testenv"
 )
 
@@ -164,7 +165,7 @@ func cachedClient(t *testing.T) client.Client {
 	t.Cleanup(cancel)
 	mgr, err := ctrl.NewManager(testEnv.Config, ctrl.Options{Scheme: testEnv.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
-	NewWithT(t).Expect(IndexByNode(ctx, mgr.GetFieldIndexer())).To(Succeed())
+	NewWithT(t).Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())
 	go func() { _ = mgr.Start(ctx) }()
 	NewWithT(t).Expect(mgr.GetCache().WaitForCacheSync(ctx)).To(BeTrue())
 	return mgr.GetClient()
@@ -305,6 +306,7 @@ func TestControllerCollectsOnPhaseChange(t *testing.T) {
 	mgr, err := ctrl.NewManager(testEnv.Config, ctrl.Options{Scheme: testEnv.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	r := &Reconciler{Client: mgr.GetClient(), Clock: clocktesting.NewFakeClock(now), Retention: time.Hour}
+	g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())
 	g.Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
 	go func() { _ = mgr.Start(ctx) }()
 

@@ -6,117 +6,71 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
-	"github.com/gpuhealth/gpuhealth/remediation/budget"
 )
 
-const (
-	defaultBreakerWindow = 10 * time.Minute
-	// breakerRecheck is how often a node held back by an open breaker
-	// looks again (a reset annotation enqueues it sooner).
-	breakerRecheck = time.Minute
-)
+// breakerRecheck is how often a node held back by an open breaker looks
+// again (a reset annotation enqueues it sooner).
+const breakerRecheck = time.Minute
 
-// allowQuarantine asks the circuit breaker whether this node may enter
-// quarantine now. When it may not, the node's status says why and when it
-// looks again. Only new quarantines pass through here; nothing that returns
-// a node does.
-func (r *Reconciler) allowQuarantine(ctx context.Context, s *scope) (bool, error) {
-	cb := s.policy.Spec.CircuitBreaker
-	if cb.Enabled != nil && !*cb.Enabled {
-		return true, nil
+// peekBreaker says whether the policy's circuit breaker would let one more
+// node into quarantine now, recording no quarantine (the first node turned
+// away opens it): the quarantine is counted by reserveBreaker, and kept
+// only once its fence (or, without one, its status) is written. A new reset token on the policy resets the breaker here, so
+// the nodes it woke see it closed. The policy status controller mirrors the
+// state into the policy's status.
+func (r *Reconciler) peekBreaker(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy, now time.Time) (*breakerView, error) {
+	if !breaker.Enabled(p.Spec.CircuitBreaker) {
+		return &breakerView{allowed: true, message: "disabled"}, nil
 	}
-	managed, err := r.managedNodes(ctx, s.policy)
+	settings, err := r.breakerSettings(ctx, p)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	limit, err := budget.Limit(cb.Threshold, len(managed), intstr.FromString("10%"))
-	if err != nil {
-		return false, err
-	}
-	settings := breaker.Settings{Limit: limit, Window: cb.Window.Get(defaultBreakerWindow), CoolDown: cb.CoolDown.Get(breaker.DefaultCoolDown)}
-	key := s.policy.Name
-	if !r.Breaker.Seeded(key) {
-		if err := r.seedBreaker(ctx, s, settings.Window); err != nil {
-			return false, err
+	if !r.Breaker.Seeded(p.Name) {
+		list := &gpuhealthv1alpha1.NodeHealthList{}
+		if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("listing nodehealths: %w", err)
 		}
+		r.Breaker.SeedFromStatus(p, list.Items, now, settings.Window)
 	}
-	if token := s.policy.Annotations[gpuhealthv1alpha1.ResetCircuitBreakerAnnotation]; token != "" && r.Breaker.Reset(key, token, s.now.Time) {
-		r.Recorder.Eventf(s.policy, nil, corev1.EventTypeNormal, ReasonCircuitBreakerOpen, "Reset", "circuit breaker reset by annotation %s=%s", gpuhealthv1alpha1.ResetCircuitBreakerAnnotation, token)
+	if token := p.Annotations[gpuhealthv1alpha1.ResetCircuitBreakerAnnotation]; token != "" && r.Breaker.Reset(p.Name, token, now) {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonCircuitBreakerOpen, "Reset",
+			"circuit breaker reset by annotation %s=%s", gpuhealthv1alpha1.ResetCircuitBreakerAnnotation, token)
 	}
-	ok, st := r.Breaker.Allow(key, settings, s.now.Time)
-	if err := r.mirrorBreaker(ctx, s.policy, st); err != nil {
-		return false, err
-	}
-	if !ok {
-		setStatusReason(s, ReasonCircuitBreakerOpen, "not quarantined: circuit breaker "+st.Message+"; findings: "+describe(s.counting()))
-		s.wait(breakerRecheck)
-	}
-	return ok, nil
+	allowed, st := r.Breaker.Check(p.Name, settings, now)
+	return &breakerView{allowed: allowed, message: st.Message}, nil
 }
 
-// seedBreaker loads the policy's recent quarantines from NodeHealth
-// histories, and an open breaker from the policy's status, so a new leader
-// remembers a storm its predecessor saw.
-func (r *Reconciler) seedBreaker(ctx context.Context, s *scope, window time.Duration) error {
-	list := &gpuhealthv1alpha1.NodeHealthList{}
-	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("listing nodehealths: %w", err)
+// reserveBreaker counts one quarantine of the policy at now. When the
+// breaker refuses (another node took the last slot since the peek), the
+// view says why. The returned time identifies the count for an undo.
+func (r *Reconciler) reserveBreaker(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy, now time.Time) (*breakerView, error) {
+	if !breaker.Enabled(p.Spec.CircuitBreaker) {
+		return &breakerView{allowed: true, message: "disabled"}, nil
 	}
-	var times []time.Time
-	for i := range list.Items {
-		for _, t := range list.Items[i].Status.History {
-			if t.To == gpuhealthv1alpha1.PhaseQuarantined && t.From == gpuhealthv1alpha1.PhaseHealthy &&
-				t.Reason == ReasonFault && s.now.Sub(t.Time.Time) < window {
-				times = append(times, t.Time.Time)
-			}
-		}
+	settings, err := r.breakerSettings(ctx, p)
+	if err != nil {
+		return nil, err
 	}
-	lastReset, openSince := "", time.Time{}
-	if st := s.policy.Status.CircuitBreaker; st != nil {
-		lastReset = st.LastReset
-		if st.State == gpuhealthv1alpha1.BreakerOpen && st.Since != nil {
-			openSince = st.Since.Time
-		}
-	}
-	r.Breaker.Seed(s.policy.Name, times, lastReset, openSince)
-	return nil
+	ok, st := r.Breaker.Allow(p.Name, settings, now)
+	return &breakerView{allowed: ok, message: st.Message}, nil
 }
 
-// mirrorBreaker writes the breaker's state to the policy's status when it
-// changed, with an Event when it opens or closes.
-func (r *Reconciler) mirrorBreaker(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy, st breaker.State) error {
-	want := gpuhealthv1alpha1.BreakerClosed
-	if st.Open {
-		want = gpuhealthv1alpha1.BreakerOpen
+// undoBreaker takes back a quarantine counted at now whose fence failed.
+func (r *Reconciler) undoBreaker(p *gpuhealthv1alpha1.RemediationPolicy, now time.Time) {
+	if breaker.Enabled(p.Spec.CircuitBreaker) {
+		r.Breaker.Undo(p.Name, now)
 	}
-	lastReset := p.Annotations[gpuhealthv1alpha1.ResetCircuitBreakerAnnotation]
-	cur := p.Status.CircuitBreaker
-	if cur != nil && cur.State == want && cur.LastReset == lastReset && (want == gpuhealthv1alpha1.BreakerClosed || cur.Since != nil && cur.Since.Time.Equal(st.Since)) {
-		return nil
+}
+
+func (r *Reconciler) breakerSettings(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (breaker.Settings, error) {
+	managed, err := r.managedNodes(ctx, p)
+	if err != nil {
+		return breaker.Settings{}, err
 	}
-	patch := client.MergeFrom(p.DeepCopy())
-	since := metav1.NewTime(st.Since)
-	if st.Since.IsZero() {
-		since = metav1.NewTime(r.Clock.Now())
-	}
-	p.Status.CircuitBreaker = &gpuhealthv1alpha1.CircuitBreakerStatus{
-		State: want, Since: &since, QuarantinesInWindow: int32(st.InWindow), Message: truncate(st.Message, 512), LastReset: lastReset,
-	}
-	if err := r.Client.Status().Patch(ctx, p, patch); err != nil {
-		return fmt.Errorf("patching status of remediationpolicy %s: %w", p.Name, err)
-	}
-	if cur == nil || cur.State != want {
-		eventType := corev1.EventTypeNormal
-		if st.Open {
-			eventType = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(p, nil, eventType, ReasonCircuitBreakerOpen, "CircuitBreaker", "circuit breaker %s", st.Message)
-	}
-	return nil
+	return breaker.SettingsFor(p.Spec.CircuitBreaker, len(managed))
 }

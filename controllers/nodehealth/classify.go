@@ -2,9 +2,13 @@ package nodehealth
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"sort"
 	"strconv"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/api/xid"
@@ -34,22 +38,6 @@ type judgement struct {
 	// recheckAt is when the judgement changes by the passage of time alone
 	// (a recovery hysteresis ending); zero when it does not.
 	recheckAt time.Time
-}
-
-// pointChecks are findings that report an occurrence, not a condition: no
-// producer will ever say they cleared, so a successful recertification (or a
-// human) closes them.
-var pointChecks = []gpuhealthv1alpha1.Check{
-	gpuhealthv1alpha1.CheckXID, gpuhealthv1alpha1.CheckSXID, gpuhealthv1alpha1.CheckGPULost,
-	gpuhealthv1alpha1.CheckECC, gpuhealthv1alpha1.CheckRecertification, gpuhealthv1alpha1.CheckManual,
-}
-
-func isPointCheck(c gpuhealthv1alpha1.Check) bool { return slices.Contains(pointChecks, c) }
-
-// fabricChecks are the conditions recertification.requireFabricHealthy waits for.
-var fabricChecks = []gpuhealthv1alpha1.Check{
-	gpuhealthv1alpha1.CheckFabric, gpuhealthv1alpha1.CheckNVSwitch, gpuhealthv1alpha1.CheckNVLinkDown,
-	gpuhealthv1alpha1.CheckIMEXDaemon, gpuhealthv1alpha1.CheckIMEXDomain,
 }
 
 func matches(m gpuhealthv1alpha1.RuleMatch, s *gpuhealthv1alpha1.NodeHealthEventSpec) bool {
@@ -138,9 +126,13 @@ func judge(ev *gpuhealthv1alpha1.NodeHealthEvent, rules []gpuhealthv1alpha1.Rule
 	if j.verdict != gpuhealthv1alpha1.VerdictQuarantine {
 		return j
 	}
-	if rule != nil && rule.Debounce != nil && !debounced(st, rule.Debounce) {
-		j.reason = fmt.Sprintf("%s; waits for %d occurrences within %s (seen %d)", why, rule.Debounce.Count, rule.Debounce.Window, max(st.Count, 1))
-		return j
+	if rule != nil && rule.Debounce != nil {
+		window := rule.Debounce.Window.Get(0)
+		st.Occurrences = sample(st, window, now)
+		if seen := occurrencesWithin(st, window, now); seen < int64(rule.Debounce.Count) {
+			j.reason = fmt.Sprintf("%s; waits for %d occurrences within %s (seen %d)", why, rule.Debounce.Count, window, seen)
+			return j
+		}
 	}
 	j.counts = true
 	return j
@@ -155,21 +147,99 @@ func superseded(ev *gpuhealthv1alpha1.NodeHealthEvent) bool {
 	return st.LastSeen == nil || !st.LastSeen.After(st.SupersededAt.Time)
 }
 
-// debounced says whether a coalesced finding has reached count occurrences
-// within window. Individual occurrence times are not kept (a storm is one
-// object), so the test is on the finding's mean rate: count ≥ N and
-// (lastSeen − firstSeen) × N ≤ window × count, i.e. at least N per window on
-// average since it was first seen.
-func debounced(st *gpuhealthv1alpha1.NodeHealthEventStatus, d *gpuhealthv1alpha1.Debounce) bool {
-	count := max(st.Count, 1)
-	if count < int64(d.Count) {
-		return false
+// maxOccurrenceSamples bounds status.occurrences (the CRD's MaxItems).
+const maxOccurrenceSamples = 32
+
+// sample returns the finding's occurrence samples with the count seen now
+// added, and those older than the window dropped but the newest of them,
+// which the window counts from. A finding coalesces its occurrences into
+// one count, so the operator knows the count only at the times it looked:
+// the first sample of a finding seen more than once is its first
+// occurrence (count 1 at firstSeen), and between two samples the
+// occurrences are taken as spread evenly.
+func sample(st *gpuhealthv1alpha1.NodeHealthEventStatus, window time.Duration, now time.Time) []gpuhealthv1alpha1.OccurrenceSample {
+	out := slices.Clone(st.Occurrences)
+	at := now
+	if st.LastSeen != nil {
+		at = st.LastSeen.Time
 	}
-	if st.FirstSeen == nil || st.LastSeen == nil {
-		return true
+	if len(out) == 0 && st.SupersededCount == 0 && st.Count > 1 && st.FirstSeen != nil && st.FirstSeen.Time.Before(at) {
+		out = append(out, gpuhealthv1alpha1.OccurrenceSample{Time: *st.FirstSeen, Count: 1})
 	}
-	span := st.LastSeen.Sub(st.FirstSeen.Time)
-	return span*time.Duration(d.Count) <= d.Window.Get(0)*time.Duration(count)
+	if n := len(out); n == 0 || out[n-1].Count < st.Count {
+		out = append(out, gpuhealthv1alpha1.OccurrenceSample{Time: metav1.NewTime(at), Count: st.Count})
+	}
+	cutoff := now.Add(-window)
+	base := -1
+	for i, s := range out {
+		if !s.Time.After(cutoff) {
+			base = i
+		}
+	}
+	if base > 0 {
+		out = out[base:]
+	}
+	for len(out) > maxOccurrenceSamples {
+		// The second oldest goes: its occurrences are then spread over a
+		// longer gap, which is what a coalesced count does anyway.
+		out = slices.Delete(out, 1, 2)
+	}
+	return out
+}
+
+// occurrencesWithin counts the finding's occurrences within the window
+// before now: its count less the count at the window's start, read off the
+// samples (evenly between two), and never less than the count it had when
+// it was last superseded.
+func occurrencesWithin(st *gpuhealthv1alpha1.NodeHealthEventStatus, window time.Duration, now time.Time) int64 {
+	cutoff := now.Add(-window)
+	base := float64(st.SupersededCount)
+	ss := st.Occurrences
+	for i, s := range ss {
+		if s.Time.After(cutoff) {
+			break
+		}
+		at := float64(s.Count)
+		if i+1 < len(ss) && ss[i+1].Time.After(cutoff) {
+			next := ss[i+1]
+			span := next.Time.Sub(s.Time.Time)
+			if span > 0 {
+				at += float64(next.Count-s.Count) * float64(cutoff.Sub(s.Time.Time)) / float64(span)
+			}
+		}
+		base = max(base, at)
+	}
+	return max(int64(math.Ceil(float64(st.Count)-base-1e-9)), 0)
+}
+
+// judgeAll judges the node's findings under its policy: each judgement
+// carries a copy of the finding with the status it should have, most
+// counting and most severe first.
+func judgeAll(o *observation) []judgement {
+	out := make([]judgement, 0, len(o.findings))
+	for _, orig := range o.findings {
+		ev := orig.DeepCopy()
+		j := judge(ev, o.policy.Spec.Rules, o.now.Time)
+		ignoreNonMemberIMEX(o, &j)
+		j.orig = orig
+		ev.Status.Phase, ev.Status.Classification = j.phase, j.classification(o.policy.Name)
+		out = append(out, j)
+	}
+	sort.SliceStable(out, func(a, b int) bool {
+		ja, jb := out[a], out[b]
+		if ja.counts != jb.counts {
+			return ja.counts
+		}
+		if sa, sb := severityRank[ja.event.Spec.Severity], severityRank[jb.event.Spec.Severity]; sa != sb {
+			return sa > sb
+		}
+		return ja.event.Name < jb.event.Name
+	})
+	return out
+}
+
+var severityRank = map[gpuhealthv1alpha1.Severity]int{
+	gpuhealthv1alpha1.SeverityInfo: 0, gpuhealthv1alpha1.SeverityDegraded: 1, gpuhealthv1alpha1.SeverityFatal: 2,
 }
 
 // classification is what judge writes into the event's status.

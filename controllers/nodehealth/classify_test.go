@@ -116,3 +116,76 @@ func TestJudge(t *testing.T) {
 		})
 	}
 }
+
+// TestDebounceCountsTheWindow: a debounce counts occurrences within its
+// window, from the samples the operator keeps, and starts afresh when a
+// finding is superseded.
+func TestDebounceCountsTheWindow(t *testing.T) {
+	day := 24 * time.Hour
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	rule := []gpuhealthv1alpha1.Rule{{
+		Name: "app-xids", Match: gpuhealthv1alpha1.RuleMatch{Codes: []string{"13"}}, Verdict: "Quarantine",
+		Debounce: &gpuhealthv1alpha1.Debounce{Count: 5, Window: "24h"},
+	}}
+	ev := &gpuhealthv1alpha1.NodeHealthEvent{Spec: gpuhealthv1alpha1.NodeHealthEventSpec{Check: "XID", Code: "13", Severity: "Info"}}
+	// seen plays the monitor (count, lastSeen) and then the operator's pass.
+	seen := func(_ *WithT, count int64, at time.Time) judgement {
+		ev.Status.Count = count
+		ts := metav1.NewTime(at)
+		ev.Status.LastSeen = &ts
+		if ev.Status.FirstSeen == nil {
+			ev.Status.FirstSeen = &ts
+		}
+		j := judge(ev, rule, at)
+		ev.Status.Phase = j.phase
+		return j
+	}
+
+	g := NewWithT(t)
+	for i := int64(1); i <= 4; i++ {
+		g.Expect(seen(g, i, t0.Add(time.Duration(i)*time.Hour)).counts).To(BeFalse(), "occurrence %d of 5", i)
+	}
+	g.Expect(seen(g, 5, t0.Add(5*time.Hour)).counts).To(BeTrue(), "five within a day")
+	g.Expect(ev.Status.Occurrences).To(HaveLen(5))
+
+	// Recertified: the finding is superseded (as the reconciler does).
+	closedAt := metav1.NewTime(t0.Add(6 * time.Hour))
+	ev.Status.SupersededAt, ev.Status.SupersededCount = &closedAt, 5
+	ev.Status.Occurrences = []gpuhealthv1alpha1.OccurrenceSample{{Time: closedAt, Count: 5}}
+	j := seen(g, 6, t0.Add(day+6*time.Hour))
+	g.Expect(j.phase).To(Equal(gpuhealthv1alpha1.EventActive), "it occurred again")
+	g.Expect(j.counts).To(BeFalse(), "one XID 13 a day later does not quarantine again: %s", j.reason)
+	g.Expect(j.reason).To(ContainSubstring("seen 1"))
+
+	// A long-flapping finding: one occurrence an hour for two days never
+	// reaches five in 24h... but five within a day, after weeks, still counts.
+	flap := &gpuhealthv1alpha1.NodeHealthEvent{Spec: gpuhealthv1alpha1.NodeHealthEventSpec{Check: "XID", Code: "13", Severity: "Info"}}
+	ev = flap
+	slow := rule[0].DeepCopy()
+	slow.Debounce = &gpuhealthv1alpha1.Debounce{Count: 3, Window: "10m"}
+	rule = []gpuhealthv1alpha1.Rule{*slow}
+	for i := int64(1); i <= 48; i++ {
+		g.Expect(seen(g, i, t0.Add(time.Duration(i)*time.Hour)).counts).To(BeFalse(), "one an hour is not three in ten minutes")
+	}
+	g.Expect(len(flap.Status.Occurrences)).To(BeNumerically("<=", 2), "samples older than the window are dropped")
+	base := t0.Add(49 * time.Hour)
+	seen(g, 49, base)
+	seen(g, 50, base.Add(2*time.Minute))
+	g.Expect(seen(g, 51, base.Add(4*time.Minute)).counts).To(BeTrue(), "three within ten minutes, after two days of flapping")
+}
+
+// TestDebounceFirstSightOfACoalescedCount: a finding first seen with five
+// occurrences over a week is not five within a day; over an hour it is.
+func TestDebounceFirstSightOfACoalescedCount(t *testing.T) {
+	now := time.Date(2026, 12, 8, 0, 0, 0, 0, time.UTC)
+	d := &gpuhealthv1alpha1.Debounce{Count: 5, Window: "24h"}
+	for _, tc := range []struct {
+		span time.Duration
+		want bool
+	}{{7 * 24 * time.Hour, false}, {time.Hour, true}} {
+		first, last := metav1.NewTime(now.Add(-tc.span)), metav1.NewTime(now)
+		st := &gpuhealthv1alpha1.NodeHealthEventStatus{Count: 5, FirstSeen: &first, LastSeen: &last}
+		st.Occurrences = sample(st, d.Window.Get(0), now)
+		NewWithT(t).Expect(occurrencesWithin(st, d.Window.Get(0), now) >= int64(d.Count)).To(Equal(tc.want), "over %s", tc.span)
+	}
+}

@@ -9,11 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
@@ -55,16 +54,15 @@ func (m *observedMembership) member() bool { return len(m.traces) > 0 }
 // IMEX runs as a host service), the domain's daemon pod, and the entry in
 // a ComputeDomainClique or, on drivers without cliques, in the domain's
 // status.nodes.
-func (r *Reconciler) observeComputeDomain(ctx context.Context, s *scope) error {
+func (r *Reconciler) observeComputeDomain(ctx context.Context, node *corev1.Node, nh *gpuhealthv1alpha1.NodeHealth) (*observedMembership, error) {
 	m := &observedMembership{}
-	s.cd = m
-	if uid := s.node.Labels[computedomain.NodeLabel]; uid != "" {
+	if uid := node.Labels[computedomain.NodeLabel]; uid != "" {
 		m.uid = types.UID(uid)
 		m.traces = append(m.traces, gpuhealthv1alpha1.TraceNodeLabel)
 	}
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.MatchingFields{PodNodeIndex: s.node.Name}, client.HasLabels{computedomain.NodeLabel}); err != nil {
-		return fmt.Errorf("listing daemon pods of node %s: %w", s.node.Name, err)
+	if err := r.Client.List(ctx, pods, client.MatchingFields{gpuhealthv1alpha1.PodNodeNameField: node.Name}, client.HasLabels{computedomain.NodeLabel}); err != nil {
+		return nil, fmt.Errorf("listing daemon pods of node %s: %w", node.Name, err)
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -80,7 +78,7 @@ func (r *Reconciler) observeComputeDomain(ctx context.Context, s *scope) error {
 		m.traces = append(m.traces, gpuhealthv1alpha1.TraceDaemonPod)
 	}
 	if r.ComputeDomains != nil {
-		for _, l := range r.ComputeDomains.Listed(s.node.Name) {
+		for _, l := range r.ComputeDomains.Listed(node.Name) {
 			if m.uid == "" {
 				m.uid = l.DomainUID
 			}
@@ -94,8 +92,8 @@ func (r *Reconciler) observeComputeDomain(ctx context.Context, s *scope) error {
 				m.traces = append(m.traces, l.Trace)
 			}
 		}
-		if m.uid == "" && s.nh.Status.ComputeDomain != nil {
-			m.uid = types.UID(s.nh.Status.ComputeDomain.UID)
+		if m.uid == "" && nh.Status.ComputeDomain != nil {
+			m.uid = types.UID(nh.Status.ComputeDomain.UID)
 		}
 		if m.uid != "" {
 			if d, ok := r.ComputeDomains.Domain(m.uid); ok {
@@ -104,30 +102,23 @@ func (r *Reconciler) observeComputeDomain(ctx context.Context, s *scope) error {
 		}
 	}
 	if m.cliqueID == "" && m.member() {
-		m.cliqueID = s.node.Labels[computedomain.CliqueNodeLabel]
+		m.cliqueID = node.Labels[computedomain.CliqueNodeLabel]
 	}
 	slices.Sort(m.traces)
-	return nil
-}
-
-// isIMEXFinding says whether a finding is about IMEX, which exists on a
-// node only while it is a ComputeDomain member.
-func isIMEXFinding(sp *gpuhealthv1alpha1.NodeHealthEventSpec) bool {
-	return sp.Source == gpuhealthv1alpha1.SourceIMEX || sp.Check == gpuhealthv1alpha1.CheckIMEXDaemon ||
-		sp.Check == gpuhealthv1alpha1.CheckIMEXDomain
+	return m, nil
 }
 
 // ignoreNonMemberIMEX overrides the judgement of an IMEX finding about a
 // node that is no ComputeDomain member: a stale report from a daemon that
 // has gone (or a host service idling without a domain) must not take a
 // node out of service.
-func ignoreNonMemberIMEX(s *scope, j *judgement) {
-	if !isIMEXFinding(&j.event.Spec) || s.cd.member() || j.phase != gpuhealthv1alpha1.EventActive {
+func ignoreNonMemberIMEX(o *observation, j *judgement) {
+	if !j.event.Spec.IsIMEX() || o.cd.member() || j.phase != gpuhealthv1alpha1.EventActive {
 		return
 	}
 	j.verdict, j.counts, j.phase, j.recheckAt = gpuhealthv1alpha1.VerdictIgnore, false, gpuhealthv1alpha1.EventIgnored, time.Time{}
 	j.reason = fmt.Sprintf("ignored: node %s is no ComputeDomain member (no %s label, daemon pod or clique entry); IMEX findings apply only to members",
-		s.node.Name, computedomain.NodeLabel)
+		o.node.Name, computedomain.NodeLabel)
 }
 
 // ensureMembershipStatus writes the observed membership into
@@ -135,25 +126,26 @@ func ignoreNonMemberIMEX(s *scope, j *judgement) {
 // the node's last trace goes. A node that left while out of service keeps
 // the entry (membership Left) so it still counts against its domain's
 // budget; back in service, the entry goes.
-func (r *Reconciler) ensureMembershipStatus(s *scope) {
-	m, prev := s.cd, s.nh.Status.ComputeDomain
-	phase := s.machine.Phase()
+func (d *decider) membership() {
+	m, st := d.o.cd, &d.p.status
+	prev := st.ComputeDomain
+	phase := d.machine.Phase()
 	if !m.member() {
 		if prev == nil || phase == gpuhealthv1alpha1.PhaseHealthy {
-			s.nh.Status.ComputeDomain = nil
+			st.ComputeDomain = nil
 			return
 		}
 		next := prev.DeepCopy()
 		next.Membership, next.Traces = gpuhealthv1alpha1.MembershipLeft, nil
 		if next.LeftAt == nil {
-			next.LeftAt = &s.now
-			r.domainEvent(s, corev1.EventTypeNormal, ReasonMemberLeft, "Leave",
-				"node %s left the ComputeDomain (%s)", s.node.Name, phase)
+			next.LeftAt = &d.o.now
+			d.domainEvent(corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonMemberLeft, "Leave",
+				"node %s left the ComputeDomain (%s)", d.o.node.Name, phase)
 		}
 		if m.domain != nil {
 			next.DomainStatus = m.domain.Status
 		}
-		s.nh.Status.ComputeDomain = next
+		st.ComputeDomain = next
 		return
 	}
 	next := &gpuhealthv1alpha1.ComputeDomainMembership{
@@ -170,19 +162,19 @@ func (r *Reconciler) ensureMembershipStatus(s *scope) {
 	if next.CliqueID == "" && prev != nil && prev.UID == next.UID {
 		next.CliqueID = prev.CliqueID
 	}
-	s.nh.Status.ComputeDomain = next
+	st.ComputeDomain = next
 }
 
 // domainRef is the node's ComputeDomain as an Event target, nil when the
 // object is not known (no CRDs, or a host-managed domain).
-func (s *scope) domainRef() *corev1.ObjectReference {
+func (d *decider) domainRef() *corev1.ObjectReference {
 	var ns, name string
 	var uid types.UID
 	switch {
-	case s.cd != nil && s.cd.domain != nil:
-		ns, name, uid = s.cd.domain.Namespace, s.cd.domain.Name, s.cd.domain.UID
-	case s.nh.Status.ComputeDomain != nil && s.nh.Status.ComputeDomain.Name != "":
-		cd := s.nh.Status.ComputeDomain
+	case d.o.cd != nil && d.o.cd.domain != nil:
+		ns, name, uid = d.o.cd.domain.Namespace, d.o.cd.domain.Name, d.o.cd.domain.UID
+	case d.p.status.ComputeDomain != nil && d.p.status.ComputeDomain.Name != "":
+		cd := d.p.status.ComputeDomain
 		ns, name, uid = cd.Namespace, cd.Name, types.UID(cd.UID)
 	default:
 		return nil
@@ -196,22 +188,23 @@ func (s *scope) domainRef() *corev1.ObjectReference {
 // domainEvent publishes an Event on the node's ComputeDomain (in the
 // domain's namespace, so `kubectl describe computedomain` shows it to the
 // job's owners), with the node as the related object.
-func (r *Reconciler) domainEvent(s *scope, eventType, reason, action, note string, args ...any) {
-	if ref := s.domainRef(); ref != nil && !s.dryRun() {
-		r.Recorder.Eventf(ref, s.node, eventType, reason, action, note, args...)
+func (d *decider) domainEvent(eventType, reason, action, note string, args ...any) {
+	if ref := d.domainRef(); ref != nil && !d.dryRun() {
+		d.p.announce = append(d.p.announce, announcement{regarding: ref, related: d.o.node, eventType: eventType,
+			reason: reason, action: action, note: fmt.Sprintf(note, args...)})
 	}
 }
 
 // domainBudgets returns the per-ComputeDomain and per-clique decisions for
 // the node. nhs are all NodeHealths (read by the caller through the reader
 // the decision needs); nodes are the managed nodes' labels from the cache.
-func (r *Reconciler) domainBudgets(s *scope, nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]map[string]string) ([]budget.Decision, error) {
+func (r *Reconciler) domainBudgets(o *observation, nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]map[string]string) ([]budget.Decision, error) {
 	var out []budget.Decision
 	var errs []error
 	// The domain's budget applies while the node is a member: a node whose
 	// job ended while it was quarantined holds no domain up.
-	if uid := s.cd.uid; uid != "" && s.cd.member() {
-		members := map[string]bool{s.node.Name: true}
+	if uid := o.cd.uid; uid != "" && o.cd.member() {
+		members := map[string]bool{o.node.Name: true}
 		for name, lbls := range nodes {
 			if lbls[computedomain.NodeLabel] == string(uid) {
 				members[name] = true
@@ -225,37 +218,37 @@ func (r *Reconciler) domainBudgets(s *scope, nhs []gpuhealthv1alpha1.NodeHealth,
 		consuming := 0
 		for i := range nhs {
 			nh := &nhs[i]
-			if nh.Name == s.nh.Name || nh.Status.ComputeDomain == nil || nh.Status.ComputeDomain.UID != string(uid) {
+			if nh.Name == o.nh.Name || nh.Status.ComputeDomain == nil || nh.Status.ComputeDomain.UID != string(uid) {
 				continue
 			}
-			if usesBudget(nh) {
+			if nh.Status.Phase.UsesBudget() {
 				members[nh.Name] = true
 				consuming++
 			}
 		}
-		limit, err := budget.Limit(s.policy.Spec.Budgets.MaxUnavailablePerComputeDomain, len(members), intstr.FromInt32(1))
+		limit, err := budget.Limit(o.policy.Spec.Budgets.MaxUnavailablePerComputeDomain, len(members), intstr.FromInt32(1))
 		errs = append(errs, err)
 		out = append(out, budget.Decision{Name: string(gpuhealthv1alpha1.BudgetPerComputeDomain), Limit: limit,
-			Consuming: consuming, Total: len(members), Scope: "ComputeDomain " + s.domainName(uid)})
+			Consuming: consuming, Total: len(members), Scope: "ComputeDomain " + domainName(o.cd, o.nh.Status.ComputeDomain, uid)})
 	}
-	if clique := cliqueOf(s.node.Labels, s.nh.Status.ComputeDomain); clique != "" {
+	if clique := cliqueOf(o.node.Labels, o.nh.Status.ComputeDomain); clique != "" {
 		total, consuming := 0, 0
 		for name, lbls := range nodes {
-			if lbls[computedomain.CliqueNodeLabel] == clique || name == s.node.Name {
+			if lbls[computedomain.CliqueNodeLabel] == clique || name == o.node.Name {
 				total++
 			}
 		}
 		for i := range nhs {
 			nh := &nhs[i]
 			lbls, managed := nodes[nh.Name]
-			if nh.Name == s.nh.Name || !managed || !usesBudget(nh) {
+			if nh.Name == o.nh.Name || !managed || !nh.Status.Phase.UsesBudget() {
 				continue
 			}
 			if cliqueOf(lbls, nh.Status.ComputeDomain) == clique {
 				consuming++
 			}
 		}
-		limit, err := budget.Limit(s.policy.Spec.Budgets.MaxUnavailablePerClique, total, intstr.FromInt32(1))
+		limit, err := budget.Limit(o.policy.Spec.Budgets.MaxUnavailablePerClique, total, intstr.FromInt32(1))
 		errs = append(errs, err)
 		out = append(out, budget.Decision{Name: string(gpuhealthv1alpha1.BudgetPerClique), Limit: limit,
 			Consuming: consuming, Total: total, Scope: "clique " + clique})
@@ -280,51 +273,51 @@ func cliqueOf(lbls map[string]string, cd *gpuhealthv1alpha1.ComputeDomainMembers
 	return ""
 }
 
-func (s *scope) domainName(uid types.UID) string {
-	if s.cd.domain != nil && s.cd.domain.UID == uid {
-		return s.cd.domain.Namespace + "/" + s.cd.domain.Name
+// domainName is the domain's namespace/name when known, else its UID.
+func domainName(m *observedMembership, st *gpuhealthv1alpha1.ComputeDomainMembership, uid types.UID) string {
+	if m != nil && m.domain != nil && m.domain.UID == uid {
+		return m.domain.Namespace + "/" + m.domain.Name
 	}
-	if cd := s.nh.Status.ComputeDomain; cd != nil && cd.UID == string(uid) && cd.Name != "" {
-		return cd.Namespace + "/" + cd.Name
+	if st != nil && st.UID == string(uid) && st.Name != "" {
+		return st.Namespace + "/" + st.Name
 	}
 	return string(uid)
 }
 
-// awaitLeftComputeDomain holds a drained node in Draining until nothing
-// ties it to its ComputeDomain any more: evicting the workload unprepares
-// its channel claim, the driver removes the node label, the DaemonSet
-// removes the daemon pod and the clique entry goes. Until then the node is
-// not drained (peers still hold it as a member). Past the policy's
-// leaveTimeout the condition ComputeDomainLeaveStuck turns True with a
-// Warning Event, and the node keeps waiting: going on would leave a stale
-// member behind.
-func (r *Reconciler) awaitLeftComputeDomain(ctx context.Context, s *scope) bool {
-	if !s.cd.member() {
-		if meta.FindStatusCondition(s.nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition) != nil {
-			setCondition(s, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition, false, ReasonComputeDomainLeft, "the node left its ComputeDomain")
+// leftComputeDomain holds a drained node in Draining until nothing ties it
+// to its ComputeDomain any more: evicting the workload unprepares its
+// channel claim, the driver removes the node label, the DaemonSet removes
+// the daemon pod and the clique entry goes. Until then the node is not
+// drained (peers still hold it as a member). Past the policy's leaveTimeout
+// the condition ComputeDomainLeaveStuck turns True with a Warning Event, and
+// the node keeps waiting: going on would leave a stale member behind.
+func (d *decider) leftComputeDomain() bool {
+	o, st := d.o, &d.p.status
+	if !o.cd.member() {
+		if meta.FindStatusCondition(st.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition) != nil {
+			d.condition(gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition, false, gpuhealthv1alpha1.ReasonComputeDomainLeft, "the node left its ComputeDomain")
 		}
 		return true
 	}
-	ds := s.nh.Status.Drain
-	timeout := s.policy.Spec.ComputeDomain.LeaveTimeout.Get(defaultLeaveTimeout)
+	ds := st.Drain
+	timeout := o.policy.Spec.ComputeDomain.LeaveTimeout.Get(defaultLeaveTimeout)
 	deadline := ds.CompletedAt.Add(timeout)
-	traces := traceList(s.cd.traces)
-	if s.now.Time.Before(deadline) {
-		setStatusReason(s, ReasonLeavingComputeDomain, fmt.Sprintf("drained; waiting to leave ComputeDomain %s (%s remain), stuck after %s",
-			s.domainName(s.cd.uid), traces, deadline.UTC().Format(time.RFC3339)))
-		s.wait(min(deadline.Sub(s.now.Time), leaveRecheck))
+	traces := traceList(o.cd.traces)
+	name := domainName(o.cd, st.ComputeDomain, o.cd.uid)
+	if o.now.Before(&metav1.Time{Time: deadline}) {
+		d.statusReason(gpuhealthv1alpha1.ReasonLeavingComputeDomain, fmt.Sprintf("drained; waiting to leave ComputeDomain %s (%s remain), stuck after %s",
+			name, traces, deadline.UTC().Format(time.RFC3339)))
+		d.wait(min(deadline.Sub(o.now.Time), leaveRecheck))
 		return false
 	}
-	msg := fmt.Sprintf("drained %s ago but still tied to ComputeDomain %s by %s", s.now.Sub(ds.CompletedAt.Time).Round(time.Second),
-		s.domainName(s.cd.uid), traces)
-	if !meta.IsStatusConditionTrue(s.nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition) {
-		log.FromContext(ctx).Info("ComputeDomain leave is stuck", "traces", traces)
-		r.Recorder.Eventf(s.node, s.nh, corev1.EventTypeWarning, ReasonComputeDomainLeaveStuck, "Leave", "%s", msg)
-		r.domainEvent(s, corev1.EventTypeWarning, ReasonComputeDomainLeaveStuck, "Leave", "node %s: %s", s.node.Name, msg)
+	msg := fmt.Sprintf("drained %s ago but still tied to ComputeDomain %s by %s", o.now.Sub(ds.CompletedAt.Time).Round(time.Second), name, traces)
+	if !meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition) {
+		d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck, "Leave", "%s", msg)
+		d.domainEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck, "Leave", "node %s: %s", o.node.Name, msg)
 	}
-	setCondition(s, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition, true, ReasonComputeDomainLeaveStuck, msg)
-	setStatusReason(s, ReasonComputeDomainLeaveStuck, msg)
-	s.wait(leaveRecheck)
+	d.condition(gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition, true, gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck, msg)
+	d.statusReason(gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck, msg)
+	d.wait(leaveRecheck)
 	return false
 }
 
@@ -336,38 +329,28 @@ func traceList(ts []gpuhealthv1alpha1.MembershipTrace) string {
 	return strings.Join(parts, ", ")
 }
 
-// ensureDeadMemberReleased deletes the stale ComputeDomain daemon pods of a
-// dead member so the driver drops it from its clique and the surviving
+// deadMember plans the deletion of a dead member's stale ComputeDomain
+// daemon pods so the driver drops it from its clique and the surviving
 // daemons stop holding a dead peer. Dead means: fenced (out of service and
 // cordoned), NotReady for longer than the policy's deadMemberGracePeriod,
 // and either carrying the node.kubernetes.io/out-of-service taint or under
 // a policy with notReadyIsDead. A Ready node's pods are never touched.
-func (r *Reconciler) ensureDeadMemberReleased(ctx context.Context, s *scope) error {
-	if s.dryRun() || len(s.cd.daemonPods) == 0 || !s.node.Spec.Unschedulable || member.Ready(s.node) {
-		return nil
+func (d *decider) deadMember() {
+	o := d.o
+	if d.dryRun() || len(o.cd.daemonPods) == 0 || !o.node.Spec.Unschedulable || member.Ready(o.node) {
+		return
 	}
-	since, notReady := member.NotReadySince(s.node)
+	since, notReady := member.NotReadySince(o.node)
 	if !notReady {
-		return nil
+		return
 	}
-	if !member.OutOfService(s.node) && !s.policy.Spec.ComputeDomain.NotReadyIsDead {
-		return nil
+	if !member.OutOfService(o.node) && !o.policy.Spec.ComputeDomain.NotReadyIsDead {
+		return
 	}
-	if until := since.Add(s.policy.Spec.ComputeDomain.DeadMemberGracePeriod.Get(defaultDeadMemberGrace)); s.now.Time.Before(until) {
-		s.wait(until.Sub(s.now.Time))
-		return nil
+	if until := since.Add(o.policy.Spec.ComputeDomain.DeadMemberGracePeriod.Get(defaultDeadMemberGrace)); o.now.Before(&metav1.Time{Time: until}) {
+		d.wait(until.Sub(o.now.Time))
+		return
 	}
-	for _, p := range s.cd.daemonPods {
-		log.FromContext(ctx).Info("Deleting stale ComputeDomain daemon pod of a dead member", "Pod", klog.KObj(p), "notReadySince", since)
-		if err := member.DeleteStalePod(ctx, r.Client, s.node, p); err != nil {
-			return err
-		}
-		staleDaemonPodsDeleted.Inc()
-		r.Recorder.Eventf(s.node, s.nh, corev1.EventTypeWarning, ReasonStaleDaemonPodDeleted, "Delete",
-			"deleted ComputeDomain daemon pod %s/%s of the dead node (NotReady since %s)", p.Namespace, p.Name, since.UTC().Format(time.RFC3339))
-		r.domainEvent(s, corev1.EventTypeWarning, ReasonStaleDaemonPodDeleted, "Delete",
-			"node %s is dead (NotReady since %s, fenced): deleted its daemon pod %s so the other members drop it",
-			s.node.Name, since.UTC().Format(time.RFC3339), p.Name)
-	}
-	return nil
+	d.p.deleteDaemonPods = o.cd.daemonPods
+	d.p.deadSince = since
 }

@@ -267,7 +267,7 @@ func TestComputeDomainAndCliqueBudgets(t *testing.T) {
 	// Faults on n1, n2 (d1, c1), n5 (d2, c1) and n7 (d2, c2) at once. All
 	// are fenced at once: budgets gate draining, never the cordon.
 	for _, i := range []int{0, 1, 4, 6} {
-		h.fault(n[i], gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+		h.fault(n[i], gpuhealthv1alpha1.CheckXID, "79")
 	}
 	for _, i := range []int{0, 1, 4, 6} {
 		h.reconcile(n[i])
@@ -277,12 +277,12 @@ func TestComputeDomainAndCliqueBudgets(t *testing.T) {
 	// Quarantined → Draining for n1; it now waits to leave d1.
 	h.g.Expect(h.phase(n[0])).To(Equal(draining))
 	h.g.Expect(h.nodeHealth(n[0]).Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeaving))
-	h.g.Expect(h.nodeHealth(n[0]).Status.Reason).To(Equal(ReasonLeavingComputeDomain))
+	h.g.Expect(h.nodeHealth(n[0]).Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonLeavingComputeDomain))
 
 	// n2 waits: d1 already has n1 out (and so has clique c1).
 	nh := h.nodeHealth(n[1])
 	h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
-	h.g.Expect(nh.Status.Reason).To(Equal(ReasonWaitingForBudget))
+	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonWaitingForBudget))
 	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
 	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerComputeDomain 1 in ComputeDomain default/%s", d1Name)))
 	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerClique 1 in clique %s", c1)))
@@ -298,8 +298,8 @@ func TestComputeDomainAndCliqueBudgets(t *testing.T) {
 
 	// The domains' owners see it on the ComputeDomain.
 	d2Name := e.domainName(d2)
-	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(Equal([]string{ReasonMemberQuarantined, ReasonMemberQuarantined, ReasonMemberWaitingForBudget}))
-	h.g.Expect(e.rec.on("ComputeDomain", "default", d2Name)).To(Equal([]string{ReasonMemberQuarantined, ReasonMemberWaitingForBudget, ReasonMemberQuarantined}))
+	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(Equal([]string{gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonMemberWaitingForBudget}))
+	h.g.Expect(e.rec.on("ComputeDomain", "default", d2Name)).To(Equal([]string{gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonMemberWaitingForBudget, gpuhealthv1alpha1.ReasonMemberQuarantined}))
 	// Waiting on, for the same budget, is not announced again.
 	h.reconcile(n[1])
 	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(HaveLen(3))
@@ -314,7 +314,7 @@ func TestComputeDomainAndCliqueBudgets(t *testing.T) {
 	h.g.Expect(nh.Status.Phase).To(Equal(recertifying))
 	h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeft))
 	h.g.Expect(nh.Status.ComputeDomain.LeftAt).NotTo(BeNil())
-	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(ContainElement(ReasonMemberLeft))
+	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(ContainElement(gpuhealthv1alpha1.ReasonMemberLeft))
 	h.reconcile(n[1])
 	h.g.Expect(h.phase(n[1])).To(Equal(quarantined), "a recertifying member still counts against its domain")
 
@@ -352,7 +352,7 @@ func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
 	e.join(n, d, clique)
 	e.waitListed(n, true)
 	h.pod(n, h.label+"-worker", nil)
-	h.fault(n, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
 
 	// Quarantined → Draining; the workload pod is evicted.
 	h.reconcile(n)
@@ -364,7 +364,7 @@ func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
 	res := h.reconcile(n)
 	nh := h.nodeHealth(n)
 	h.g.Expect(nh.Status.Phase).To(Equal(draining))
-	h.g.Expect(nh.Status.Reason).To(Equal(ReasonLeavingComputeDomain))
+	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonLeavingComputeDomain))
 	h.g.Expect(nh.Status.Drain.CompletedAt).NotTo(BeNil())
 	h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeaving))
 	h.g.Expect(res.RequeueAfter).To(Equal(leaveRecheck))
@@ -383,14 +383,14 @@ func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
 	h.reconcile(n)
 	nh = h.nodeHealth(n)
 	h.g.Expect(nh.Status.Phase).To(Equal(draining))
-	h.g.Expect(nh.Status.Reason).To(Equal(ReasonComputeDomainLeaveStuck))
+	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck))
 	cond := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition)
 	h.g.Expect(cond).NotTo(BeNil())
 	h.g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
 	h.g.Expect(cond.Message).To(ContainSubstring("CliqueEntry, DaemonPod"))
-	h.g.Expect(e.rec.on("Node", "", n)).To(ContainElement(ReasonComputeDomainLeaveStuck))
+	h.g.Expect(e.rec.on("Node", "", n)).To(ContainElement(gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck))
 	dName := e.domainName(d)
-	h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(Equal([]string{ReasonMemberQuarantined, ReasonComputeDomainLeaveStuck}), "one stuck Event, not one per reconcile")
+	h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(Equal([]string{gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck}), "one stuck Event, not one per reconcile")
 
 	// The daemon pod and the clique entry go: left, drained, recertifying.
 	e.removeDaemon(n, d, clique)
@@ -402,7 +402,7 @@ func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
 	h.g.Expect(nh.Status.ComputeDomain.Name).To(Equal(dName), "the domain is still named while the node is out of service")
 	cond = meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition)
 	h.g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
-	h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(ContainElement(ReasonMemberLeft))
+	h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(ContainElement(gpuhealthv1alpha1.ReasonMemberLeft))
 }
 
 // TestLeaveStuckClearsWhenReleased: a human releases a node whose leave is
@@ -416,7 +416,7 @@ func TestLeaveStuckClearsWhenReleased(t *testing.T) {
 	n := h.cliqueNode("a", clique)
 	e.join(n, d, clique)
 	e.waitListed(n, true)
-	h.fault(n, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
 	h.reconcile(n)
 	h.clock.Step(time.Minute)
 	h.reconcile(n)
@@ -477,14 +477,14 @@ func TestDeadMemberDaemonPodDeletedOnlyAfterFencing(t *testing.T) {
 	h.g.Expect(e.daemonPodExists(dead)).To(BeTrue(), "a node gpuhealth has not fenced keeps its pod")
 
 	// Fenced (quarantined, cordoned): now its pod goes.
-	h.fault(dead, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST", gpuhealthv1alpha1.SeverityFatal)
+	h.fault(dead, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
 	h.reconcile(dead)
 	h.g.Expect(h.getNode(dead).Spec.Unschedulable).To(BeTrue())
 	h.g.Expect(e.daemonPodExists(dead)).To(BeFalse(), "the dead member's stale daemon pod is deleted")
-	h.g.Expect(e.rec.on("ComputeDomain", "default", e.domainName(d))).To(ContainElement(ReasonStaleDaemonPodDeleted))
+	h.g.Expect(e.rec.on("ComputeDomain", "default", e.domainName(d))).To(ContainElement(gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted))
 
 	// The Ready node, fenced and even marked out of service: never.
-	h.fault(alive, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST", gpuhealthv1alpha1.SeverityFatal)
+	h.fault(alive, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
 	outOfService(alive)
 	h.reconcile(alive)
 	h.clock.Step(time.Hour)
@@ -514,7 +514,7 @@ func TestDeadMemberWaitsForGraceAndOutOfService(t *testing.T) {
 			nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletDown",
 				LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
 			h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
-			h.fault(n, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST", gpuhealthv1alpha1.SeverityFatal)
+			h.fault(n, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
 
 			// Fenced, NotReady, inside the grace period: the pod stays and
 			// the node looks again when the grace period ends.

@@ -23,6 +23,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
+	"github.com/gpuhealth/gpuhealth/controllers/index"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
@@ -47,6 +48,7 @@ func startManager(t *testing.T) (stop func()) {
 		Breaker: breaker.New(), Namespace: jobNamespace, MaxConcurrentReconciles: 4,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())
 	g.Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -93,7 +95,7 @@ func TestOperatorRestartMidDrainResumes(t *testing.T) {
 	setDisruptionsAllowed(0)
 
 	stop := startManager(t)
-	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79")
 	g.Eventually(func() string {
 		nh := &gpuhealthv1alpha1.NodeHealth{}
 		if err := k8sClient.Get(h.ctx, types.NamespacedName{Name: n.Name}, nh); err != nil {
@@ -174,6 +176,7 @@ func TestManagerViewWakesALeavingNode(t *testing.T) {
 		Breaker: breaker.New(), Namespace: jobNamespace, ComputeDomains: view, MaxConcurrentReconciles: 4,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())
 	g.Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -193,7 +196,7 @@ func TestManagerViewWakesALeavingNode(t *testing.T) {
 		}
 		return string(nh.Status.Phase) + "/" + nh.Status.Reason + "/" + traces
 	}
-	h.fault(n, gpuhealthv1alpha1.CheckXID, "79", gpuhealthv1alpha1.SeverityFatal)
+	h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
 	g.Eventually(status, 20*time.Second, 50*time.Millisecond).Should(Equal("Draining/LeavingComputeDomain/[CliqueEntry DaemonPod NodeLabel]"))
 
 	// The driver unprepares the claim and the DaemonSet removes the pod: the

@@ -2,6 +2,7 @@ package nodehealth
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -43,10 +44,15 @@ var (
 		Name: "gpuhealth_nodehealth_phase",
 		Help: "1 for the phase each managed node is in, 0 for the others.",
 	}, []string{labelNode, labelPhase})
+
+	drainTimedOut = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpuhealth_nodehealth_drain_timed_out",
+		Help: "1 while a draining node has pods that must leave past the drain timeout and the policy waits for them (condition DrainTimedOut), 0 otherwise.",
+	}, []string{labelNode})
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase, staleDaemonPodsDeleted, budgetBlocked)
+	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase, drainTimedOut, staleDaemonPodsDeleted, budgetBlocked)
 	// Every series from zero, so the first illegal transition is an
 	// increase() an alert sees, not a new series at 1.
 	for _, p := range fsm.Phases() {
@@ -56,13 +62,19 @@ func init() {
 	}
 }
 
-// phaseGauge publishes the node's current phase. An excluded node has none
-// gpuhealth tracks (it is left as it is), so no alert fires on it.
-func phaseGauge(nh *gpuhealthv1alpha1.NodeHealth) {
+// nodeGauges publishes the node's persisted phase and whether its drain
+// timed out. An excluded node has no phase gpuhealth tracks (it is left as
+// it is), so no alert fires on it.
+func nodeGauges(nh *gpuhealthv1alpha1.NodeHealth) {
 	if nh.Spec.Exclude {
-		forgetPhaseGauge(nh.Name)
+		forgetNodeGauges(nh.Name)
 		return
 	}
+	v := 0.0
+	if meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition) {
+		v = 1
+	}
+	drainTimedOut.WithLabelValues(nh.Name).Set(v)
 	for _, p := range fsm.Phases() {
 		v := 0.0
 		if p == nh.Status.Phase {
@@ -72,8 +84,9 @@ func phaseGauge(nh *gpuhealthv1alpha1.NodeHealth) {
 	}
 }
 
-// forgetPhaseGauge removes the series of a node that is gone or no longer
+// forgetNodeGauges removes the series of a node that is gone or no longer
 // managed, so no alert fires on a phase nobody tracks.
-func forgetPhaseGauge(node string) {
+func forgetNodeGauges(node string) {
 	nodePhase.DeletePartialMatch(prometheus.Labels{labelNode: node})
+	drainTimedOut.DeleteLabelValues(node)
 }

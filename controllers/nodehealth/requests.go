@@ -1,7 +1,6 @@
 package nodehealth
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
@@ -9,45 +8,41 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
 )
 
-// handleRequest carries out spec.request once per id and records it in
+// request carries out spec.request once per id and records it in
 // status.lastRequest with who asked.
-func (r *Reconciler) handleRequest(ctx context.Context, s *scope) error {
-	req := s.nh.Spec.Request
-	if req == nil || (s.nh.Status.LastRequest != nil && s.nh.Status.LastRequest.ID == req.ID) {
-		return nil
+func (d *decider) request() {
+	nh := d.o.nh
+	if !newRequest(nh) {
+		return
 	}
-	by := requester(s.nh)
+	req := nh.Spec.Request
+	by := requester(nh)
 	result := ""
-	var err error
-	phase := s.machine.Phase()
+	phase := d.machine.Phase()
 	switch req.Action {
 	case gpuhealthv1alpha1.RequestRelease:
 		if phase == gpuhealthv1alpha1.PhaseHealthy {
 			result = "nothing to do: the node is already Healthy"
 			break
 		}
-		msg := fmt.Sprintf("released without recertification by %s: %s", by, req.Reason)
-		err = r.closeFindings(ctx, s, fsm.Release, ReasonManualRelease, msg, by)
+		d.closeFindings(fsm.Release, gpuhealthv1alpha1.ReasonManualRelease, fmt.Sprintf("released without recertification by %s: %s", by, req.Reason), by)
 		result = "released from " + string(phase)
 	case gpuhealthv1alpha1.RequestRecertify:
+		msg := fmt.Sprintf("recertification requested by %s: %s", by, req.Reason)
 		switch phase {
 		case gpuhealthv1alpha1.PhaseHealthy:
-			err = r.transition(ctx, s, fsm.Quarantine, ReasonManualRecertify, fmt.Sprintf("recertification requested by %s: %s", by, req.Reason), by)
+			d.transition(fsm.Quarantine, gpuhealthv1alpha1.ReasonManualRecertify, msg, by)
 			result = "quarantined for recertification"
 		case gpuhealthv1alpha1.PhaseFailed:
-			err = r.transition(ctx, s, fsm.Retry, ReasonManualRecertify, fmt.Sprintf("recertification requested by %s: %s", by, req.Reason), by)
+			d.transition(fsm.Retry, gpuhealthv1alpha1.ReasonManualRecertify, msg, by)
 			// A fresh start: attempts count from 1 again.
-			s.nh.Status.Recertification = nil
+			d.p.status.Recertification = nil
 			result = "retrying from Failed with fresh attempts"
 		default:
 			result = "nothing to do: recertification is already under way (" + string(phase) + ")"
 		}
 	}
-	if err != nil {
-		return err
-	}
-	s.nh.Status.LastRequest = &gpuhealthv1alpha1.HandledRequest{ID: req.ID, Action: req.Action, By: truncate(by, 512), Time: s.now, Result: result}
-	return nil
+	d.p.status.LastRequest = &gpuhealthv1alpha1.HandledRequest{ID: req.ID, Action: req.Action, By: truncate(by, 512), Time: d.o.now, Result: result}
 }
 
 // requester names who asked: the request's requestedBy and the field

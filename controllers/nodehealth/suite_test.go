@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/policy"
 	"github.com/gpuhealth/gpuhealth/hack/testenv"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
@@ -75,6 +76,7 @@ func newHarness(t *testing.T) *harness {
 	h.r = &Reconciler{
 		Client: k8sClient, APIReader: k8sClient, Clock: clk, Recorder: rec,
 		Drainer: drain.New(k8sClient, clk), Breaker: breaker.New(), Namespace: jobNamespace,
+		expect: newExpectations(clk),
 	}
 	return h
 }
@@ -114,11 +116,11 @@ func (h *harness) node(name string, mutate func(*corev1.Node)) *corev1.Node {
 	return n
 }
 
-// fault creates a finding about node as a monitor would, seen now.
-func (h *harness) fault(node string, check gpuhealthv1alpha1.Check, code string, severity gpuhealthv1alpha1.Severity) *gpuhealthv1alpha1.NodeHealthEvent {
+// fault creates a Fatal finding about node as a monitor would, seen now.
+func (h *harness) fault(node string, check gpuhealthv1alpha1.Check, code string) *gpuhealthv1alpha1.NodeHealthEvent {
 	h.t.Helper()
 	spec := gpuhealthv1alpha1.NodeHealthEventSpec{
-		NodeName: node, Source: gpuhealthv1alpha1.SourceNVML, Check: check, Code: code, Severity: severity,
+		NodeName: node, Source: gpuhealthv1alpha1.SourceNVML, Check: check, Code: code, Severity: gpuhealthv1alpha1.SeverityFatal,
 		Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "GPU-0000"},
 		Message:   "test finding",
 	}
@@ -158,9 +160,10 @@ func (h *harness) reconcile(node string) ctrl.Result {
 	h.t.Helper()
 	res := h.reconcileOnce(node)
 	// Follow-up passes the reconciler asks for at once — the bookkeeping
-	// after a fence, the pass after a recertification attempt was written
-	// down — are part of the same step.
-	for range 3 {
+	// after a fence, the drain after the budget's slot is written, the pass
+	// after a recertification attempt was written down — are part of the
+	// same step.
+	for range 8 {
 		if (res.Priority == nil || *res.Priority != fencedPriority) && res.RequeueAfter != time.Millisecond {
 			break
 		}
@@ -174,6 +177,18 @@ func (h *harness) reconcileOnce(node string) ctrl.Result {
 	res, err := h.r.Reconcile(h.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: node}})
 	h.g.Expect(err).NotTo(HaveOccurred())
 	return res
+}
+
+// syncPolicy runs the policy status controller once for a policy, with the
+// harness's breaker, as the operator's would after the breaker changed.
+func (h *harness) syncPolicy(name string) *gpuhealthv1alpha1.RemediationPolicy {
+	h.t.Helper()
+	r := &policy.Reconciler{Client: k8sClient, Clock: h.clock, Recorder: h.recorder, Breaker: h.r.Breaker}
+	_, err := r.Reconcile(h.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}})
+	h.g.Expect(err).NotTo(HaveOccurred())
+	got := &gpuhealthv1alpha1.RemediationPolicy{}
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: name}, got)).To(Succeed())
+	return got
 }
 
 // humanUncordon uncordons node as a human would (kubectl uncordon).
@@ -300,9 +315,9 @@ func historyPhases(nh *gpuhealthv1alpha1.NodeHealth) []gpuhealthv1alpha1.NodeHea
 	return out
 }
 
-func hasTaint(n *corev1.Node, key string) bool {
+func hasQuarantineTaint(n *corev1.Node) bool {
 	for _, t := range n.Spec.Taints {
-		if t.Key == key {
+		if t.Key == quarantineTaint {
 			return true
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -23,8 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
 )
 
@@ -47,17 +50,22 @@ const (
 	ReasonBudgetAvailable = "BudgetAvailable"
 )
 
-// Reconciler counts each policy's managed nodes by phase into its status.
-// It writes only managedNodes, phases, conditions and observedGeneration;
-// the circuit breaker's state is the nodehealth reconciler's.
+// Reconciler writes each policy's status: its managed nodes by phase, the
+// maxUnavailable budget, its conditions and the circuit breaker's state,
+// which it mirrors from the Breaker whenever the breaker changes. It is the
+// one writer of RemediationPolicy status.
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the apiserver.
 	Client client.Client
 	// Clock stamps conditions and spaces the counts (a fake clock that never
 	// moves would hold every count after the first).
 	Clock clock.PassiveClock
-	// Recorder publishes the budget's Events on the policy.
+	// Recorder publishes the budget's and the breaker's Events on the policy.
 	Recorder events.EventRecorder
+	// Breaker is the nodehealth reconciler's circuit breaker; its state is
+	// mirrored into status.circuitBreaker. Nil: the breaker's status is
+	// left as it is.
+	Breaker *breaker.Breaker
 	// MinInterval is the least time between two counts of one
 	// policy: in a storm every transition would otherwise re-count every
 	// node, and the changes in between fold into the next count. Zero means
@@ -96,7 +104,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil || r.Clock == nil || r.Recorder == nil {
 		return errors.New("policy.Reconciler needs Client, Clock and Recorder")
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Breaker != nil {
+		// The breaker says when it changes (a count, an opening, a reset);
+		// a full channel drops the signal, and the pending one covers it.
+		changes := make(chan event.GenericEvent, 64)
+		r.Breaker.Notify(func(policy string) {
+			select {
+			case changes <- event.GenericEvent{Object: &gpuhealthv1alpha1.RemediationPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy}}}:
+			default:
+			}
+		})
+		b = b.WatchesRawSource(source.Channel(changes, &handler.EnqueueRequestForObject{}))
+	}
+	return b.
 		Named("remediationpolicy_status").
 		For(&gpuhealthv1alpha1.RemediationPolicy{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, breakerChanged))).
 		Watches(&gpuhealthv1alpha1.NodeHealth{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), builder.WithPredicates(phaseChanged)).
@@ -210,10 +231,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	p.Status.ManagedNodes = int32(len(managed))
 	p.Status.Phases = phases
+	r.mirrorBreaker(p, len(managed), now)
 	limit, err := budget.Limit(p.Spec.Budgets.MaxUnavailable, len(managed), budget.DefaultMaxUnavailable)
 	if err != nil {
 		// The nodehealth controller fails closed on it and says so on each node.
-		log.FromContext(ctx).Error(err, "Resolving maxUnavailable", "policy", p.Name)
+		log.FromContext(ctx).Error(err, "Resolving maxUnavailable", "RemediationPolicy", klog.KObj(p))
 	}
 	p.Status.Budget = &gpuhealthv1alpha1.BudgetStatus{
 		Limit:       int32(limit),
@@ -230,7 +252,60 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	r.budgetEvent(before, p)
+	r.breakerEvent(before, p)
 	return ctrl.Result{RequeueAfter: breakerRecheck}, nil
+}
+
+// mirrorBreaker writes the breaker's state into the policy's status. A
+// breaker this process has not loaded yet (no node asked it since the
+// operator started) leaves the status as the previous leader wrote it.
+func (r *Reconciler) mirrorBreaker(p *gpuhealthv1alpha1.RemediationPolicy, managed int, now metav1.Time) {
+	if r.Breaker == nil || !r.Breaker.Seeded(p.Name) || !breaker.Enabled(p.Spec.CircuitBreaker) {
+		return
+	}
+	settings, err := breaker.SettingsFor(p.Spec.CircuitBreaker, managed)
+	if err != nil {
+		return // the nodehealth reconciler fails closed on it and says so on each node
+	}
+	st := r.Breaker.Peek(p.Name, settings, now.Time)
+	want := gpuhealthv1alpha1.BreakerClosed
+	if st.Open {
+		want = gpuhealthv1alpha1.BreakerOpen
+	}
+	cur := p.Status.CircuitBreaker
+	since := metav1.NewTime(st.Since)
+	switch {
+	case !st.Since.IsZero():
+	case cur != nil && cur.State == want && cur.Since != nil:
+		since = *cur.Since
+	default:
+		since = now
+	}
+	p.Status.CircuitBreaker = &gpuhealthv1alpha1.CircuitBreakerStatus{
+		State: want, Since: &since, QuarantinesInWindow: int32(st.InWindow), Message: truncate(st.Message, 512),
+		LastReset: r.Breaker.LastReset(p.Name),
+	}
+}
+
+// breakerEvent publishes an Event on the policy when its written breaker
+// state changed: Warning when it opens, Normal when it closes.
+func (r *Reconciler) breakerEvent(before, p *gpuhealthv1alpha1.RemediationPolicy) {
+	cb := p.Status.CircuitBreaker
+	if cb == nil || breakerState(before) == cb.State || breakerState(before) == "" && cb.State == gpuhealthv1alpha1.BreakerClosed {
+		return
+	}
+	eventType := corev1.EventTypeNormal
+	if cb.State == gpuhealthv1alpha1.BreakerOpen {
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(p, nil, eventType, gpuhealthv1alpha1.ReasonCircuitBreakerOpen, "CircuitBreaker", "circuit breaker %s", cb.Message)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }
 
 // budgetEvent publishes one Event on the policy when nodes start waiting

@@ -2,8 +2,14 @@ package breaker
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/budget"
 )
 
 // DefaultCoolDown is how long an open breaker stays open when the policy
@@ -40,6 +46,7 @@ type State struct {
 type Breaker struct {
 	mu       sync.Mutex
 	policies map[string]*policyState
+	notify   []func(policy string)
 }
 
 type policyState struct {
@@ -60,6 +67,24 @@ func (b *Breaker) get(policy string) *policyState {
 		b.policies[policy] = p
 	}
 	return p
+}
+
+// Notify registers fn to be called, outside the breaker's lock, with the
+// policy's name whenever its breaker records, undoes, opens, closes or is
+// reset. The policy status controller mirrors the state from it.
+func (b *Breaker) Notify(fn func(policy string)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.notify = append(b.notify, fn)
+}
+
+func (b *Breaker) changed(policy string) {
+	b.mu.Lock()
+	fns := slices.Clone(b.notify)
+	b.mu.Unlock()
+	for _, fn := range fns {
+		fn(policy)
+	}
 }
 
 // Seeded says whether the policy's history was loaded.
@@ -91,6 +116,14 @@ func (b *Breaker) Seed(policy string, times []time.Time, lastReset string, openS
 // Reset closes the breaker on a human's request. A token identifies the
 // request so that the same request is honoured once.
 func (b *Breaker) Reset(policy, token string, now time.Time) bool {
+	ok := b.reset(policy, token, now)
+	if ok {
+		b.changed(policy)
+	}
+	return ok
+}
+
+func (b *Breaker) reset(policy, token string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.get(policy)
@@ -106,8 +139,42 @@ func (b *Breaker) Reset(policy, token string, now time.Time) bool {
 }
 
 // Allow asks to quarantine one node at now. It records the quarantine and
-// returns true, or refuses because the breaker is open (or opens now).
+// returns true, or refuses because the breaker is open (or opens now). A
+// quarantine that then does not happen (its fence failed) is taken back
+// with Undo, so each quarantine counts once, when it is real.
 func (b *Breaker) Allow(policy string, s Settings, now time.Time) (bool, State) {
+	ok, st := b.allow(policy, s, now, true)
+	b.changed(policy)
+	return ok, st
+}
+
+// Check asks whether one more quarantine would be let through at now,
+// without recording one. Like Allow it opens the breaker when the window
+// is full, and closes it when its cool-down is over: the first node turned
+// away starts the cool-down.
+func (b *Breaker) Check(policy string, s Settings, now time.Time) (bool, State) {
+	b.mu.Lock()
+	wasOpen := b.get(policy).open
+	b.mu.Unlock()
+	ok, st := b.allow(policy, s, now, false)
+	if st.Open != wasOpen {
+		b.changed(policy)
+	}
+	return ok, st
+}
+
+// Undo takes back the quarantine Allow recorded at t.
+func (b *Breaker) Undo(policy string, t time.Time) {
+	b.mu.Lock()
+	p := b.get(policy)
+	if i := slices.IndexFunc(p.times, t.Equal); i >= 0 {
+		p.times = slices.Delete(p.times, i, i+1)
+	}
+	b.mu.Unlock()
+	b.changed(policy)
+}
+
+func (b *Breaker) allow(policy string, s Settings, now time.Time, record bool) (bool, State) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.get(policy)
@@ -123,7 +190,9 @@ func (b *Breaker) Allow(policy string, s Settings, now time.Time) (bool, State) 
 		p.open, p.since = true, now
 		return false, p.state(s)
 	}
-	p.times = append(p.times, now)
+	if record {
+		p.times = append(p.times, now)
+	}
 	return true, p.state(s)
 }
 
@@ -155,4 +224,61 @@ func (p *policyState) state(s Settings) State {
 		st.Message = fmt.Sprintf("closed: %d of %d quarantines used in the last %s", len(p.times), s.Limit, s.Window)
 	}
 	return st
+}
+
+// defaultWindow and defaultThreshold are the schema defaults of the policy's
+// circuitBreaker.window and threshold.
+const defaultWindow = 10 * time.Minute
+
+var defaultThreshold = intstr.FromString("10%")
+
+// SettingsFor resolves a policy's breaker settings against the number of
+// nodes it manages.
+func SettingsFor(spec gpuhealthv1alpha1.CircuitBreakerSpec, managed int) (Settings, error) {
+	limit, err := budget.Limit(spec.Threshold, managed, defaultThreshold)
+	if err != nil {
+		return Settings{}, err
+	}
+	return Settings{Limit: limit, Window: spec.Window.Get(defaultWindow), CoolDown: spec.CoolDown.Get(DefaultCoolDown)}, nil
+}
+
+// Enabled says whether the policy's breaker is on (the default).
+func Enabled(spec gpuhealthv1alpha1.CircuitBreakerSpec) bool {
+	return spec.Enabled == nil || *spec.Enabled
+}
+
+// QuarantineTimes are the times nodes entered quarantine for a fault within
+// window before now, from their NodeHealth histories: what a new leader
+// seeds its breaker with.
+func QuarantineTimes(nhs []gpuhealthv1alpha1.NodeHealth, now time.Time, window time.Duration) []time.Time {
+	var times []time.Time
+	for i := range nhs {
+		for _, t := range nhs[i].Status.History {
+			if t.To == gpuhealthv1alpha1.PhaseQuarantined && t.From == gpuhealthv1alpha1.PhaseHealthy &&
+				t.Reason == gpuhealthv1alpha1.ReasonFault && now.Sub(t.Time.Time) < window {
+				times = append(times, t.Time.Time)
+			}
+		}
+	}
+	return times
+}
+
+// SeedFromStatus seeds the breaker of policy p from the NodeHealths and
+// p's status (the last reset honoured, an open breaker's start), once.
+func (b *Breaker) SeedFromStatus(p *gpuhealthv1alpha1.RemediationPolicy, nhs []gpuhealthv1alpha1.NodeHealth, now time.Time, window time.Duration) {
+	lastReset, openSince := "", time.Time{}
+	if st := p.Status.CircuitBreaker; st != nil {
+		lastReset = st.LastReset
+		if st.State == gpuhealthv1alpha1.BreakerOpen && st.Since != nil {
+			openSince = st.Since.Time
+		}
+	}
+	b.Seed(p.Name, QuarantineTimes(nhs, now, window), lastReset, openSince)
+}
+
+// LastReset is the reset token the policy's breaker last honoured.
+func (b *Breaker) LastReset(policy string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.get(policy).lastReset
 }

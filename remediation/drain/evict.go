@@ -115,7 +115,7 @@ func (d *Drainer) evictPod(ctx context.Context, pod *corev1.Pod) outcome {
 		// A PodDisruptionBudget allows no disruption now (or the apiserver is
 		// shedding load); the disruption controller raises the budget once
 		// replacements are healthy, and the next pass tries again.
-		log.FromContext(ctx).V(1).Info("Eviction refused, retrying next pass", "Pod", klog.KObj(pod), "reason", err.Error())
+		log.FromContext(ctx).V(1).Info("Eviction refused, retrying next pass", "Pod", klog.KObj(pod), "err", err)
 		return outcome{kind: outcomeBlocked, pod: pod, message: blockedMessage(err)}
 	case ctx.Err() != nil:
 		// The pass ran out of time mid-request; the next pass sees whether it landed.

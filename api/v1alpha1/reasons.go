@@ -1,7 +1,8 @@
-package nodehealth
+package v1alpha1
 
-// Reasons used in NodeHealth status, history, conditions and Events. They
-// are CamelCase words; messages carry the detail.
+// Reasons used in NodeHealth status, history, conditions and Events, and
+// on the Events gpuhealth publishes. They are CamelCase words; messages
+// carry the detail.
 const (
 	// ReasonManaged: the node is managed by a RemediationPolicy.
 	ReasonManaged = "Managed"
@@ -49,6 +50,24 @@ const (
 	ReasonCircuitBreakerOpen = "CircuitBreakerOpen"
 	// ReasonManualRecertify: a human asked for recertification.
 	ReasonManualRecertify = "ManualRecertify"
+	// ReasonRebooted: the reboot step saw the node come back with a new boot ID.
+	ReasonRebooted = "Rebooted"
+	// ReasonJobsDeleted: the node's unfinished remediation and recertification Jobs were deleted.
+	ReasonJobsDeleted = "JobsDeleted"
+	// ReasonDrainTimedOut: pods that must leave were still on the node past the drain timeout.
+	ReasonDrainTimedOut = "DrainTimedOut"
+	// ReasonDrainOnTime: the drain is within its timeout, or no pod outlived it.
+	ReasonDrainOnTime = "DrainOnTime"
+)
+
+// NodeHealth condition types.
+const (
+	// NodeHealthManagedCondition says whether gpuhealth manages the node.
+	NodeHealthManagedCondition = "Managed"
+	// NodeHealthDrainTimedOutCondition is True while a draining node has
+	// pods that must leave past the drain timeout and the policy's
+	// drain.onTimeout is Wait. Named for the problem because it is alerted on.
+	NodeHealthDrainTimedOutCondition = "DrainTimedOut"
 )
 
 // Reasons of the ComputeDomain rules.

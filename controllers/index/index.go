@@ -1,0 +1,37 @@
+// Package index registers the operator's cache indexes, once, for every
+// controller that lists by them.
+package index
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
+)
+
+// Register adds the indexes named in gpuhealthv1alpha1 (EventNodeNameField,
+// PodNodeNameField, NodeCliqueField) to a cache's indexer. The operator's
+// composition root calls it once before it sets up the controllers.
+func Register(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &gpuhealthv1alpha1.NodeHealthEvent{}, gpuhealthv1alpha1.EventNodeNameField, func(o client.Object) []string {
+		return []string{o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName}
+	}); err != nil {
+		return fmt.Errorf("indexing nodehealthevents by node: %w", err)
+	}
+	if err := indexer.IndexField(ctx, &corev1.Pod{}, gpuhealthv1alpha1.PodNodeNameField, func(o client.Object) []string {
+		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing pods by node: %w", err)
+	}
+	if err := indexer.IndexField(ctx, &corev1.Node{}, gpuhealthv1alpha1.NodeCliqueField, computedomain.NodeCliques); err != nil {
+		return fmt.Errorf("indexing nodes by clique: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,595 @@
+package nodehealth
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/budget"
+	"github.com/gpuhealth/gpuhealth/remediation/drain"
+	"github.com/gpuhealth/gpuhealth/remediation/fsm"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
+	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
+)
+
+// The decide table: one row per branch of the state machine. Each row
+// builds an observation by hand — no apiserver, no clock — and checks the
+// plan. The envtest suites (controller_test.go and friends) check that
+// observe, apply and record carry plans out against a real apiserver.
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// obs is an observation of node "n" at t0 under a default policy.
+func obs(mutate ...func(*observation)) *observation {
+	now := metav1.NewTime(t0)
+	o := &observation{
+		now:       now,
+		node:      &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "1"}},
+		nh:        &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: "n", Generation: 1}, Status: gpuhealthv1alpha1.NodeHealthStatus{Phase: healthy}},
+		policy:    &gpuhealthv1alpha1.RemediationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"}},
+		cd:        &observedMembership{},
+		namespace: "gpuhealth-system",
+		jobs:      map[string]*batchv1.Job{},
+	}
+	o.policy.Spec.Quarantine.Taint = &gpuhealthv1alpha1.TaintSpec{Key: quarantineTaint, Effect: corev1.TaintEffectNoSchedule}
+	for _, m := range mutate {
+		m(o)
+	}
+	return o
+}
+
+func inPhase(p gpuhealthv1alpha1.NodeHealthPhase) func(*observation) {
+	return func(o *observation) {
+		o.nh.Status.Phase = p
+		o.nh.Status.History = []gpuhealthv1alpha1.Transition{{To: p, Reason: "Test", Time: metav1.NewTime(t0.Add(-time.Hour))}}
+	}
+}
+
+// finding adds an active finding: XID 79 (Fatal, RebootNode) unless changed.
+func finding(mutate ...func(*gpuhealthv1alpha1.NodeHealthEvent)) func(*observation) {
+	return func(o *observation) {
+		seen := metav1.NewTime(t0.Add(-time.Minute))
+		ev := &gpuhealthv1alpha1.NodeHealthEvent{
+			ObjectMeta: metav1.ObjectMeta{Name: "n-xid-79-" + string(rune('a'+len(o.findings)))},
+			Spec: gpuhealthv1alpha1.NodeHealthEventSpec{NodeName: "n", Source: gpuhealthv1alpha1.SourceNVML, Check: gpuhealthv1alpha1.CheckXID,
+				Code: "79", Severity: gpuhealthv1alpha1.SeverityFatal, Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "GPU-0"}},
+			Status: gpuhealthv1alpha1.NodeHealthEventStatus{Count: 1, FirstSeen: &seen, LastSeen: &seen},
+		}
+		for _, m := range mutate {
+			m(ev)
+		}
+		o.findings = append(o.findings, ev)
+	}
+}
+
+func fenced(o *observation) {
+	o.node.Spec.Unschedulable = true
+	o.node.Spec.Taints = []corev1.Taint{{Key: quarantineTaint, Effect: corev1.TaintEffectNoSchedule}}
+	o.node.Annotations = map[string]string{nodepkg.AppliedAnnotation: "cordon,taint"}
+}
+
+func breakerOpen(o *observation) { o.breaker = &breakerView{allowed: false, message: "open: test"} }
+
+func breakerClosed(o *observation) { o.breaker = &breakerView{allowed: true, message: "closed"} }
+
+func room(o *observation) {
+	o.budgets = &budgetCount{decisions: []budget.Decision{{Name: string(gpuhealthv1alpha1.BudgetMaxUnavailable), Limit: 1, Total: 10}}}
+}
+
+func noRoom(o *observation) {
+	o.budgets = &budgetCount{decisions: []budget.Decision{{Name: string(gpuhealthv1alpha1.BudgetMaxUnavailable), Limit: 1, Consuming: 1, Total: 10}}, blocked: []int{0}}
+}
+
+func drained(remaining int) func(*observation) {
+	return func(o *observation) {
+		started := metav1.NewTime(t0.Add(-time.Minute))
+		o.nh.Status.Drain = &gpuhealthv1alpha1.DrainStatus{StartedAt: &started}
+		o.drain = &drainPass{result: drain.Result{Total: 1, Remaining: remaining}}
+	}
+}
+
+func dryRun(o *observation) { o.policy.Spec.DryRun = true }
+
+func held(o *observation) { o.nh.Spec.Hold = true }
+
+// attempt puts the node in recertification attempt n, started a minute ago.
+func attempt(n int32) func(*observation) {
+	return func(o *observation) {
+		inPhase(recertifying)(o)
+		fenced(o)
+		started := metav1.NewTime(t0.Add(-time.Minute))
+		o.nh.Status.Recertification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: n, StartedAt: &started, Result: gpuhealthv1alpha1.JobPending}
+	}
+}
+
+func recertJob(o *observation) {
+	o.policy.Spec.Recertification.Job = &gpuhealthv1alpha1.JobTemplate{Image: "dcgm"}
+}
+
+func rebootStep(o *observation) {
+	o.policy.Spec.Remediation.RebootNode = &gpuhealthv1alpha1.RemediationStep{Job: gpuhealthv1alpha1.JobTemplate{Image: "reboot"}, Timeout: dur("10m")}
+}
+
+// liveJob adds the node's Job of a kind for its current attempt in a state.
+func liveJob(kind job.Kind, result gpuhealthv1alpha1.JobResult) func(*observation) {
+	return func(o *observation) {
+		rc := o.nh.Status.Recertification
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: job.Name(kind, "n", rc.Attempt, rc.StartedAt.Time), Namespace: o.namespace}}
+		switch result {
+		case gpuhealthv1alpha1.JobSucceeded:
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+		case gpuhealthv1alpha1.JobFailed:
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Message: "exit 1"}}
+		case gpuhealthv1alpha1.JobRunning:
+			j.Status.Active = 1
+		}
+		o.jobs[j.Name] = j
+	}
+}
+
+func bootID(id string, ready bool) func(*observation) {
+	return func(o *observation) {
+		o.node.Status.NodeInfo.BootID = id
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		o.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}
+	}
+}
+
+// rebooting is a reboot step started at t0-1m on boot "boot-1".
+func rebooting(o *observation) {
+	rc := o.nh.Status.Recertification
+	at := metav1.NewTime(t0.Add(-time.Minute))
+	rc.RemediationStartedAt, rc.BootID = &at, "boot-1"
+}
+
+func asks(action gpuhealthv1alpha1.RequestAction) func(*observation) {
+	return func(o *observation) {
+		o.nh.Spec.Request = &gpuhealthv1alpha1.ManualRequest{Action: action, ID: "t-1", Reason: "ticket", RequestedBy: "alice"}
+	}
+}
+
+func cdMember(o *observation) {
+	o.cd = &observedMembership{uid: "cd-1", traces: []gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceNodeLabel}}
+}
+
+func phasesOf(p *plan) []gpuhealthv1alpha1.NodeHealthPhase {
+	var out []gpuhealthv1alpha1.NodeHealthPhase
+	for _, t := range p.transitions {
+		out = append(out, t.to)
+	}
+	return out
+}
+
+func reasonsOf(as []announcement) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.eventType+" "+a.reason)
+	}
+	return out
+}
+
+type row struct {
+	name  string
+	obs   *observation
+	check func(g *WithT, p *plan)
+}
+
+func TestDecide(t *testing.T) {
+	rows := []row{
+		// Top level.
+		{"excluded: not managed, nothing done", obs(func(o *observation) { o.nh.Spec.Exclude = true }, finding()), func(g *WithT, p *plan) {
+			g.Expect(meta.IsStatusConditionFalse(p.status.Conditions, gpuhealthv1alpha1.NodeHealthManagedCondition)).To(BeTrue())
+			g.Expect(p.node).To(Equal(nodeUnchanged))
+			g.Expect(p.transitions).To(BeEmpty())
+		}},
+		{"unknown phase: no decision", obs(inPhase("Broken")), func(g *WithT, p *plan) {
+			g.Expect(p.err).To(MatchError(ContainSubstring("unknown phase")))
+		}},
+		{"first sight: Healthy recorded, released", obs(func(o *observation) { o.nh.Status = gpuhealthv1alpha1.NodeHealthStatus{} }), func(g *WithT, p *plan) {
+			g.Expect(p.status.Phase).To(Equal(healthy))
+			g.Expect(p.status.History).To(HaveLen(1))
+			g.Expect(p.status.History[0].Reason).To(Equal(gpuhealthv1alpha1.ReasonManaged))
+			g.Expect(p.node).To(Equal(nodeInService))
+		}},
+
+		// Healthy.
+		{"healthy without findings: kept in service", obs(), func(g *WithT, p *plan) {
+			g.Expect(p.node).To(Equal(nodeInService))
+			g.Expect(p.transitions).To(BeEmpty())
+			g.Expect(p.announce).To(BeEmpty())
+		}},
+		{"healthy, dry run, no findings: the node is not touched", obs(dryRun), func(g *WithT, p *plan) {
+			g.Expect(p.node).To(Equal(nodeUnchanged))
+		}},
+		{"an Info finding is ignored", obs(finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) {
+			e.Spec.Check, e.Spec.Code, e.Spec.Severity = gpuhealthv1alpha1.CheckNVLinkErrors, "CRC", gpuhealthv1alpha1.SeverityInfo
+		})), func(g *WithT, p *plan) {
+			g.Expect(p.judged[0].phase).To(Equal(gpuhealthv1alpha1.EventIgnored))
+			g.Expect(p.node).To(Equal(nodeInService))
+		}},
+		{"a fault without the breaker's state is not decided", obs(finding()), func(g *WithT, p *plan) {
+			g.Expect(p.err).To(MatchError(ContainSubstring("circuit breaker")))
+			g.Expect(p.node).To(Equal(nodeUnchanged))
+		}},
+		{"a fault, breaker open: not quarantined, looks again", obs(finding(), breakerOpen), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonCircuitBreakerOpen))
+			g.Expect(p.node).To(Equal(nodeUnchanged))
+			g.Expect(p.reserveBreaker).To(BeFalse())
+			g.Expect(p.requeue).To(Equal(breakerRecheck))
+		}},
+		{"a fault, breaker closed: fence only, counted by the breaker", obs(finding(), breakerClosed), func(g *WithT, p *plan) {
+			g.Expect(p.node).To(Equal(nodeFence))
+			g.Expect(p.fenceOnly).To(BeTrue())
+			g.Expect(p.reserveBreaker).To(BeTrue())
+			g.Expect(p.transitions).To(BeEmpty(), "the bookkeeping follows the fence")
+			g.Expect(p.announce).To(BeEmpty())
+		}},
+		{"fenced, a storm goes on: the bookkeeping waits", obs(finding(), fenced, func(o *observation) { o.stormHold = 300 * time.Millisecond }), func(g *WithT, p *plan) {
+			g.Expect(p.fenceOnly).To(BeTrue())
+			g.Expect(p.requeue).To(Equal(300 * time.Millisecond))
+			g.Expect(p.reserveBreaker).To(BeFalse(), "counted at the fence")
+		}},
+		{"fenced: quarantined and draining, confirmed from the apiserver", obs(finding(), fenced, room), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined, draining}))
+			g.Expect(p.reserveBreaker).To(BeFalse(), "a fenced node was counted when it was fenced")
+			g.Expect(p.confirmBudget).To(BeTrue())
+			g.Expect(p.immediate).To(BeTrue(), "the drain starts in the next pass")
+			g.Expect(p.node).To(Equal(nodeOutOfService))
+			g.Expect(p.nodeReason).To(Equal(gpuhealthv1alpha1.ReasonDraining))
+			g.Expect(reasonsOf(p.announce)).To(Equal([]string{"Warning Fault", "Warning Draining"}))
+			g.Expect(p.judged[0].event.Status.ObservedBy.To).To(Equal(quarantined))
+			g.Expect(p.status.Drain.StartedAt).NotTo(BeNil())
+		}},
+		{"fenced, counted from the apiserver: no second count", obs(finding(), fenced, room, func(o *observation) { o.budgets.fromAPIServer = true }), func(g *WithT, p *plan) {
+			g.Expect(p.confirmBudget).To(BeFalse())
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined, draining}))
+		}},
+		{"a policy that neither cordons nor taints quarantines at once", obs(finding(), breakerClosed, room, func(o *observation) {
+			o.policy.Spec.Quarantine.Cordon, o.policy.Spec.Quarantine.Taint = ptr.To(false), nil
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.reserveBreaker).To(BeTrue())
+			g.Expect(p.fenceOnly).To(BeFalse())
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined, draining}))
+		}},
+		{"dry run: recorded as quarantined, the node untouched", obs(finding(), breakerClosed, dryRun), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))
+			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonDryRun))
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonDryRun))
+			g.Expect(p.node).To(Equal(nodeUnchanged))
+			g.Expect(reasonsOf(p.announce)).To(Equal([]string{"Warning " + gpuhealthv1alpha1.ReasonDryRun}), "the decision is published")
+		}},
+		{"debounce not reached: observed, not counted", obs(breakerClosed, finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) { e.Spec.Code = "13" }), func(o *observation) {
+			o.policy.Spec.Rules = []gpuhealthv1alpha1.Rule{{Name: "xid13", Match: gpuhealthv1alpha1.RuleMatch{Codes: []string{"13"}},
+				Verdict: gpuhealthv1alpha1.VerdictQuarantine, Debounce: &gpuhealthv1alpha1.Debounce{Count: 5, Window: gpuhealthv1alpha1.Duration("24h")}}}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.judged[0].counts).To(BeFalse())
+			g.Expect(p.judged[0].reason).To(ContainSubstring("waits for 5 occurrences within 24h0m0s (seen 1)"))
+			g.Expect(p.judged[0].event.Status.Occurrences).To(HaveLen(1), "the count seen is sampled")
+			g.Expect(p.node).To(Equal(nodeInService))
+		}},
+
+		// Quarantined.
+		{"quarantined, held", obs(inPhase(quarantined), fenced, finding(), held, room), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonHeld))
+			g.Expect(p.transitions).To(BeEmpty())
+			g.Expect(p.node).To(Equal(nodeOutOfService))
+		}},
+		{"quarantined after a failed attempt: backoff", obs(inPhase(quarantined), fenced, finding(), room, func(o *observation) {
+			done := metav1.NewTime(t0.Add(-time.Minute))
+			o.nh.Status.Recertification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, Result: gpuhealthv1alpha1.JobFailed, CompletedAt: &done}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonBackoff))
+			g.Expect(p.requeue).To(Equal(4 * time.Minute))
+		}},
+		{"quarantined without a count: counted in the next pass", obs(inPhase(quarantined), fenced, finding()), func(g *WithT, p *plan) {
+			g.Expect(p.immediate).To(BeTrue())
+			g.Expect(p.transitions).To(BeEmpty())
+		}},
+		{"quarantined, no room: waits, counted once", obs(inPhase(quarantined), fenced, finding(), noRoom), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonWaitingForBudget))
+			g.Expect(p.status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetMaxUnavailable))
+			g.Expect(p.budgetBlocked).To(Equal(gpuhealthv1alpha1.BudgetMaxUnavailable))
+			g.Expect(p.requeue).To(Equal(budgetRecheck))
+		}},
+		{"quarantined, still no room for the same budget: not counted again", obs(inPhase(quarantined), fenced, finding(), noRoom, func(o *observation) {
+			o.nh.Status.BlockingBudget = gpuhealthv1alpha1.BudgetMaxUnavailable
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.budgetBlocked).To(BeEmpty())
+			g.Expect(p.announce).To(BeEmpty())
+		}},
+		{"a member without room: the domain hears of it", obs(inPhase(quarantined), fenced, finding(), noRoom, cdMember, func(o *observation) {
+			o.nh.Status.ComputeDomain = &gpuhealthv1alpha1.ComputeDomainMembership{UID: "cd-1", Namespace: "ml", Name: "train"}
+		}), func(g *WithT, p *plan) {
+			g.Expect(reasonsOf(p.announce)).To(Equal([]string{"Warning " + gpuhealthv1alpha1.ReasonMemberWaitingForBudget}))
+		}},
+		{"dry run, quarantined, the finding gone: cancelled", obs(inPhase(quarantined), dryRun), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy}))
+			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonDryRun))
+			g.Expect(p.node).To(Equal(nodeUnchanged))
+		}},
+		{"dry run, quarantined: would drain", obs(inPhase(quarantined), dryRun, finding()), func(g *WithT, p *plan) {
+			g.Expect(p.status.Message).To(ContainSubstring("would drain"))
+		}},
+
+		// Draining.
+		{"draining, held", obs(inPhase(draining), fenced, finding(), held), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonHeld))
+		}},
+		{"draining without a drain pass: drains in the next pass", obs(inPhase(draining), fenced, finding()), func(g *WithT, p *plan) {
+			g.Expect(p.immediate).To(BeTrue())
+		}},
+		{"draining, pods left", obs(inPhase(draining), fenced, finding(), drained(2)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonDraining))
+			g.Expect(p.status.Drain.PodsRemaining).To(BeEquivalentTo(2))
+			g.Expect(p.requeue).To(Equal(drainRecheck))
+		}},
+		{"draining, a PDB blocks", obs(inPhase(draining), fenced, finding(), drained(1), func(o *observation) { o.drain.result.Blocked = 1 }), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonBlockedByPDB))
+		}},
+		{"draining past the timeout: DrainTimedOut with one Event", obs(inPhase(draining), fenced, finding(), drained(1), func(o *observation) {
+			o.drain.result.TimedOut, o.drain.result.TimedOutPods = 1, []gpuhealthv1alpha1.BlockedPod{{Namespace: "ml", Name: "trainer-0"}}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonDrainTimedOut))
+			g.Expect(meta.IsStatusConditionTrue(p.status.Conditions, gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition)).To(BeTrue())
+			g.Expect(reasonsOf(p.announce)).To(Equal([]string{"Warning " + gpuhealthv1alpha1.ReasonDrainTimedOut}))
+		}},
+		{"still past the timeout: no second Event", obs(inPhase(draining), fenced, finding(), drained(1), func(o *observation) {
+			o.drain.result.TimedOut = 1
+			meta.SetStatusCondition(&o.nh.Status.Conditions, metav1.Condition{Type: gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, Status: metav1.ConditionTrue, Reason: "x"})
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.announce).To(BeEmpty())
+		}},
+		{"drained, still a member: waits to leave", obs(inPhase(draining), fenced, finding(), drained(0), cdMember), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonLeavingComputeDomain))
+			g.Expect(p.status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeaving))
+			g.Expect(p.transitions).To(BeEmpty())
+		}},
+		{"drained, a member past leaveTimeout: stuck", obs(inPhase(draining), fenced, finding(), drained(0), cdMember, func(o *observation) {
+			done := metav1.NewTime(t0.Add(-time.Hour))
+			o.nh.Status.Drain.CompletedAt = &done
+		}), func(g *WithT, p *plan) {
+			g.Expect(meta.IsStatusConditionTrue(p.status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition)).To(BeTrue())
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Warning " + gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck))
+		}},
+		{"drained, the finding asks for support: Failed", obs(inPhase(draining), fenced, drained(0), finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) {
+			e.Spec.Check, e.Spec.Code, e.Spec.RecommendedAction = gpuhealthv1alpha1.CheckGPULost, "GPU_LOST", gpuhealthv1alpha1.ActionContactSupport
+		})), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{failed}))
+			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonNeedsHuman))
+		}},
+		{"drained: attempt 1 starts, written before any Job", obs(inPhase(draining), fenced, finding(), drained(0), recertJob), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{recertifying}))
+			g.Expect(p.status.Recertification.Attempt).To(BeEquivalentTo(1))
+			g.Expect(p.createJobs).To(BeEmpty())
+			g.Expect(p.immediate).To(BeTrue())
+			g.Expect(p.status.Drain.CompletedAt).NotTo(BeNil())
+		}},
+
+		// Recertifying.
+		{"recertifying without an attempt: one starts", obs(inPhase(recertifying), fenced, finding()), func(g *WithT, p *plan) {
+			g.Expect(p.status.Recertification.Attempt).To(BeEquivalentTo(1))
+			g.Expect(p.immediate).To(BeTrue())
+		}},
+		{"recertifying, held", obs(attempt(1), finding(), held), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonHeld))
+		}},
+		{"reset step: its Job is created", obs(attempt(1), recertJob, finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) { e.Spec.Code = "48" }), func(o *observation) {
+			o.policy.Spec.Remediation.ResetGPU = &gpuhealthv1alpha1.RemediationStep{Job: gpuhealthv1alpha1.JobTemplate{Image: "reset"}}
+			o.policy.Spec.Rules = []gpuhealthv1alpha1.Rule{{Name: "reset", Match: gpuhealthv1alpha1.RuleMatch{Codes: []string{"48"}}, Verdict: gpuhealthv1alpha1.VerdictQuarantine, Action: gpuhealthv1alpha1.ActionResetGPU}}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.ResetGPU)))
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonRemediating))
+		}},
+		{"recertification Job failed: back to quarantine", obs(attempt(1), recertJob, finding(), liveJob(job.Recertification, gpuhealthv1alpha1.JobFailed)), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))
+			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonRecertificationFailed))
+			g.Expect(p.status.Recertification.Result).To(Equal(gpuhealthv1alpha1.JobFailed))
+		}},
+		{"the last attempt failed: Failed", obs(attempt(3), recertJob, finding(), liveJob(job.Recertification, gpuhealthv1alpha1.JobFailed)), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{failed}))
+			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonRecertificationExhausted))
+		}},
+		{"reboot step: the boot ID is written down first", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Recertification.BootID).To(Equal("boot-1"))
+			g.Expect(p.status.Recertification.RemediationStartedAt).NotTo(BeNil())
+			g.Expect(p.createJobs).To(BeEmpty())
+			g.Expect(p.immediate).To(BeTrue())
+		}},
+		{"reboot step: the Job is created once", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), rebooting), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.status.Recertification.RemediationJob).To(Equal(p.createJobs[0].Name))
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonRemediating))
+		}},
+		{"reboot step: a Job gone with its pod is not made again", obs(attempt(1), rebootStep, finding(), bootID("boot-1", false), rebooting, func(o *observation) {
+			rc := o.nh.Status.Recertification
+			rc.RemediationJob = job.Name(job.RebootNode, "n", 1, rc.StartedAt.Time)
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(BeEmpty())
+			g.Expect(p.status.Message).To(ContainSubstring("gone"))
+		}},
+		{"reboot step: its Job failed, the boot ID not yet changed: waits", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), rebooting,
+			func(o *observation) {
+				o.nh.Status.Recertification.RemediationJob = job.Name(job.RebootNode, "n", 1, o.nh.Status.Recertification.StartedAt.Time)
+			},
+			liveJob(job.RebootNode, gpuhealthv1alpha1.JobFailed)), func(g *WithT, p *plan) {
+			g.Expect(p.transitions).To(BeEmpty(), "a reboot kills its own pod: the Job's failure is no verdict")
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonRemediating))
+		}},
+		{"reboot step: new boot ID and Ready: on to recertification", obs(attempt(1), rebootStep, recertJob, finding(), bootID("boot-2", true), rebooting), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.Recertification)))
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonRecertifying))
+		}},
+		{"reboot step: new boot ID, not Ready: waits", obs(attempt(1), rebootStep, recertJob, finding(), bootID("boot-2", false), rebooting), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonRemediating))
+		}},
+		{"reboot step: no new boot ID within the timeout: the attempt fails", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), rebooting, func(o *observation) {
+			at := metav1.NewTime(t0.Add(-11 * time.Minute))
+			o.nh.Status.Recertification.RemediationStartedAt = &at
+		}), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))
+			g.Expect(p.status.Recertification.Message).To(ContainSubstring("did not report a new boot ID"))
+		}},
+		{"reboot step on a node without a boot ID: the Job decides", obs(attempt(1), rebootStep, finding(), bootID("", true), func(o *observation) {
+			at := metav1.NewTime(t0.Add(-time.Minute))
+			o.nh.Status.Recertification.RemediationStartedAt = &at
+		}, liveJob(job.RebootNode, gpuhealthv1alpha1.JobFailed)), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))
+		}},
+		{"recertification passed: soak", obs(attempt(1), recertJob, finding(), liveJob(job.Recertification, gpuhealthv1alpha1.JobSucceeded)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonSoaking))
+			g.Expect(p.requeue).To(Equal(defaultSoak))
+			g.Expect(p.status.Recertification.Result).To(Equal(gpuhealthv1alpha1.JobSucceeded))
+		}},
+		{"a new finding during recertification fails the attempt", obs(attempt(1), finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) {
+			seen := metav1.NewTime(t0)
+			e.Status.LastSeen = &seen
+		})), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))
+			g.Expect(p.status.Recertification.Message).To(ContainSubstring("a new finding during recertification"))
+		}},
+		{"soaked, a fabric finding open: waits for it", obs(attempt(1), finding(), finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) {
+			e.Spec.Source, e.Spec.Check, e.Spec.Code, e.Spec.Severity = gpuhealthv1alpha1.SourceNVML, gpuhealthv1alpha1.CheckFabric, "NOT_COMPLETED", gpuhealthv1alpha1.SeverityDegraded
+		}), func(o *observation) {
+			done := metav1.NewTime(t0.Add(-time.Hour))
+			o.nh.Status.Recertification.CompletedAt = &done
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonWaitingForResolution))
+		}},
+		{"soaked and clean: Healthy, findings closed, released after the write", obs(attempt(1), finding(), func(o *observation) {
+			done := metav1.NewTime(t0.Add(-time.Hour))
+			o.nh.Status.Recertification.CompletedAt = &done
+			o.findings[0].Status.Count = 4
+		}), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy}))
+			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonRecertified))
+			g.Expect(p.node).To(Equal(nodeInService))
+			g.Expect(p.status.Recertification).To(BeNil())
+			st := p.judged[0].event.Status
+			g.Expect(st.Phase).To(Equal(gpuhealthv1alpha1.EventSuperseded))
+			g.Expect(st.SupersededCount).To(BeEquivalentTo(4), "a debounce counts from here")
+			g.Expect(reasonsOf(p.announce)).To(Equal([]string{"Normal " + gpuhealthv1alpha1.ReasonRecertified}))
+		}},
+
+		// Failed.
+		{"failed: kept out of service", obs(inPhase(failed), fenced, finding()), func(g *WithT, p *plan) {
+			g.Expect(p.node).To(Equal(nodeOutOfService))
+			g.Expect(p.transitions).To(BeEmpty())
+		}},
+
+		// Requests.
+		{"release while draining: Healthy, its Jobs ended, who asked recorded", obs(attempt(1), finding(), liveJob(job.Recertification, gpuhealthv1alpha1.JobRunning), asks(gpuhealthv1alpha1.RequestRelease)), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy}))
+			g.Expect(p.deleteJobs).To(BeTrue())
+			g.Expect(p.status.History[len(p.status.History)-1].By).To(Equal("alice"))
+			g.Expect(p.status.LastRequest.Result).To(Equal("released from Recertifying"))
+			g.Expect(p.node).To(Equal(nodeInService))
+		}},
+		{"release while healthy: nothing to do", obs(asks(gpuhealthv1alpha1.RequestRelease)), func(g *WithT, p *plan) {
+			g.Expect(p.transitions).To(BeEmpty())
+			g.Expect(p.status.LastRequest.Result).To(ContainSubstring("nothing to do"))
+		}},
+		{"recertify while healthy: quarantined", obs(asks(gpuhealthv1alpha1.RequestRecertify), fenced), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))
+			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonManualRecertify))
+			g.Expect(p.immediate).To(BeTrue(), "counted in the next pass")
+		}},
+		{"recertify from Failed: fresh attempts", obs(inPhase(failed), fenced, finding(), asks(gpuhealthv1alpha1.RequestRecertify), func(o *observation) {
+			o.nh.Status.Recertification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 3}
+		}), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))
+			g.Expect(p.status.Recertification).To(BeNil())
+		}},
+		{"recertify while draining: already under way", obs(inPhase(draining), fenced, finding(), asks(gpuhealthv1alpha1.RequestRecertify)), func(g *WithT, p *plan) {
+			g.Expect(p.transitions).To(BeEmpty())
+			g.Expect(p.status.LastRequest.Result).To(ContainSubstring("already under way"))
+		}},
+		{"a request carried out before is not repeated", obs(asks(gpuhealthv1alpha1.RequestRecertify), func(o *observation) {
+			o.nh.Status.LastRequest = &gpuhealthv1alpha1.HandledRequest{ID: "t-1"}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.transitions).To(BeEmpty())
+		}},
+
+		// Human uncordon.
+		{"a human uncordoned a draining node: cancelled, by them, Jobs ended", obs(attempt(1), finding(), liveJob(job.Recertification, gpuhealthv1alpha1.JobRunning), func(o *observation) {
+			o.node.Spec.Unschedulable = false
+			o.uncordonedBy = "manager kubectl-uncordon"
+		}), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy}))
+			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonHumanUncordon))
+			g.Expect(p.status.History[len(p.status.History)-1].By).To(Equal("manager kubectl-uncordon"))
+			g.Expect(p.deleteJobs).To(BeTrue())
+		}},
+		{"dry run: an uncordon cancels nothing", obs(inPhase(quarantined), dryRun, finding(), func(o *observation) { o.uncordonedBy = "someone" }), func(g *WithT, p *plan) {
+			g.Expect(p.transitions).To(BeEmpty())
+		}},
+
+		// ComputeDomains.
+		{"a dead, fenced member: its daemon pods go", obs(inPhase(quarantined), fenced, finding(), noRoom, cdMember, func(o *observation) {
+			o.policy.Spec.ComputeDomain.NotReadyIsDead = true
+			o.cd.daemonPods = []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "imex-n", Namespace: "nvidia"}}}
+			o.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.deleteDaemonPods).To(HaveLen(1))
+		}},
+		{"an IMEX finding about a node that is no member is ignored", obs(breakerClosed, finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) {
+			e.Spec.Source, e.Spec.Check, e.Spec.Code = gpuhealthv1alpha1.SourceIMEX, gpuhealthv1alpha1.CheckIMEXDaemon, "DOWN"
+		})), func(g *WithT, p *plan) {
+			g.Expect(p.judged[0].phase).To(Equal(gpuhealthv1alpha1.EventIgnored))
+			g.Expect(p.node).To(Equal(nodeInService))
+		}},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			before := r.obs.nh.DeepCopy()
+			findings := make([]*gpuhealthv1alpha1.NodeHealthEvent, len(r.obs.findings))
+			for i, f := range r.obs.findings {
+				findings[i] = f.DeepCopy()
+			}
+			p := decide(r.obs)
+			g := NewWithT(t)
+			r.check(g, p)
+			g.Expect(r.obs.nh).To(Equal(before), "decide never writes through the observation")
+			for i, f := range r.obs.findings {
+				g.Expect(f).To(Equal(findings[i]), "decide never writes through the observation")
+			}
+		})
+	}
+}
+
+// TestDecideIllegalTransition: an event the phase does not allow is
+// refused, kept for the metric, and not recorded.
+func TestDecideIllegalTransition(t *testing.T) {
+	g := NewWithT(t)
+	o := obs()
+	d := &decider{o: o, p: &plan{status: *o.nh.Status.DeepCopy()}}
+	var err error
+	d.machine, err = fsm.New(healthy)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d.transition(fsm.Pass, gpuhealthv1alpha1.ReasonRecertified, "", "")).To(BeFalse())
+	g.Expect(d.p.illegal).To(Equal([]fsm.IllegalTransitionError{{Phase: healthy, Event: fsm.Pass}}))
+	g.Expect(d.p.status.History).To(BeEmpty())
+	g.Expect(d.p.transitions).To(BeEmpty())
+	g.Expect(d.p.announce).To(BeEmpty())
+}
+
+// TestDecideIsDeterministic: the same observation gives the same plan.
+func TestDecideIsDeterministic(t *testing.T) {
+	g := NewWithT(t)
+	mk := func() *observation { return obs(finding(), fenced, room) }
+	a, b := decide(mk()), decide(mk())
+	g.Expect(a.status).To(Equal(b.status))
+	g.Expect(strings.Join(reasonsOf(a.announce), ",")).To(Equal(strings.Join(reasonsOf(b.announce), ",")))
+}

@@ -1,0 +1,253 @@
+package nodehealth
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/budget"
+	"github.com/gpuhealth/gpuhealth/remediation/drain"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
+	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
+)
+
+// Object kinds the expectations are kept for.
+const (
+	kindNode        = "Node"
+	kindNodeHealth  = "NodeHealth"
+	kindHealthEvent = "NodeHealthEvent"
+)
+
+// observation is everything one reconcile knows about a node. decide takes
+// nothing else, so every decision can be replayed from it.
+type observation struct {
+	// now is the reconcile's time.
+	now metav1.Time
+	// node is the Node as the cache has it; never written through.
+	node *corev1.Node
+	// nh is the node's NodeHealth as read; never written through.
+	nh *gpuhealthv1alpha1.NodeHealth
+	// policy is the RemediationPolicy that manages the node.
+	policy *gpuhealthv1alpha1.RemediationPolicy
+	// findings are the node's NodeHealthEvents as read.
+	findings []*gpuhealthv1alpha1.NodeHealthEvent
+	// cd is the node's ComputeDomain membership.
+	cd *observedMembership
+	// namespace is where Jobs run.
+	namespace string
+	// jobs are the node's remediation and recertification Jobs, by name.
+	jobs map[string]*batchv1.Job
+	// uncordonedBy names who lifted gpuhealth's cordon, when someone did.
+	uncordonedBy string
+	// breaker is the circuit breaker as seen now, without recording
+	// anything; set when a new quarantine may be decided.
+	breaker *breakerView
+	// stormHold is how long the bookkeeping after this process's fence
+	// waits for a storm of fences to pass; zero: it goes ahead.
+	stormHold time.Duration
+	// budgets are the budget counts; set when a drain may be decided.
+	budgets *budgetCount
+	// drain is this pass's drain of the node; set while it drains.
+	drain *drainPass
+}
+
+// breakerView is the circuit breaker's answer to one more quarantine.
+type breakerView struct {
+	allowed bool
+	message string
+}
+
+// budgetCount is every budget that applies to the node, counted.
+type budgetCount struct {
+	decisions []budget.Decision
+	// blocked are the indexes of the decisions without room.
+	blocked []int
+	err     error
+	// fromAPIServer is true when the NodeHealths were read from the
+	// apiserver, not the cache: a drain is only started on such a count.
+	fromAPIServer bool
+}
+
+// drainPass is what one pass of the Drainer did and found. The drain is the
+// one act observe makes: the Eviction API answers only by being tried.
+type drainPass struct {
+	result drain.Result
+	err    error
+}
+
+// errCacheBehind says the cache has not yet shown a write of this process.
+type errCacheBehind struct{ kind, name string }
+
+func (e *errCacheBehind) Error() string {
+	return fmt.Sprintf("the cache does not show this operator's last write of %s %s yet", e.kind, e.name)
+}
+
+// observe reads the node's world. It returns a nil observation when the node
+// is gone or no policy manages it, and an *errCacheBehind when the cache
+// lags behind one of this process's writes (deciding on it would repeat a
+// decision).
+func (r *Reconciler) observe(ctx context.Context, name string) (*observation, error) {
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			forgetNodeGauges(name)
+			r.expect.forget(kindNode, name)
+			r.expect.forget(kindNodeHealth, name)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("getting node %s: %w", name, err)
+	}
+	if !r.expect.caughtUp(kindNode, name, node) {
+		return nil, &errCacheBehind{kindNode, name}
+	}
+	policy, err := r.policyFor(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	if policy == nil {
+		forgetNodeGauges(node.Name) // no longer managed: no phase to alert on
+		return nil, nil
+	}
+	nh, err := r.ensureNodeHealth(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	if !r.expect.caughtUp(kindNodeHealth, name, nh) {
+		return nil, &errCacheBehind{kindNodeHealth, name}
+	}
+	o := &observation{now: metav1.NewTime(r.Clock.Now()), node: node, nh: nh, policy: policy, namespace: r.Namespace}
+	list := &gpuhealthv1alpha1.NodeHealthEventList{}
+	if err := r.Client.List(ctx, list, client.MatchingFields{gpuhealthv1alpha1.EventNodeNameField: name}); err != nil {
+		return nil, fmt.Errorf("listing events of node %s: %w", name, err)
+	}
+	for i := range list.Items {
+		ev := &list.Items[i]
+		if !r.expect.caughtUp(kindHealthEvent, ev.Name, ev) {
+			return nil, &errCacheBehind{kindHealthEvent, ev.Name}
+		}
+		o.findings = append(o.findings, ev)
+	}
+	if o.cd, err = r.observeComputeDomain(ctx, node, nh); err != nil {
+		return nil, err
+	}
+	jobs := &batchv1.JobList{}
+	if err := r.Client.List(ctx, jobs, client.InNamespace(r.Namespace), client.MatchingLabels{job.NodeLabel: name}); err != nil {
+		return nil, fmt.Errorf("listing jobs of node %s: %w", name, err)
+	}
+	o.jobs = make(map[string]*batchv1.Job, len(jobs.Items))
+	for i := range jobs.Items {
+		o.jobs[jobs.Items[i].Name] = &jobs.Items[i]
+	}
+	phase := nh.Status.Phase
+	if phase != "" && phase != gpuhealthv1alpha1.PhaseHealthy && nodepkg.HumanUncordoned(node) {
+		o.uncordonedBy = nodepkg.UncordonedBy(node, FieldManager)
+	}
+	if nh.Spec.Exclude || o.uncordonedBy != "" || newRequest(nh) {
+		return o, nil // decided without the phase's inputs
+	}
+
+	counting := len(judgeAll(o)) > 0
+	fenced := nodepkg.AppliedOn(node).Any()
+	switch phase {
+	case "", gpuhealthv1alpha1.PhaseHealthy:
+		if !counting {
+			break
+		}
+		if fenced {
+			o.stormHold = r.storm.hold(name)
+		} else if o.breaker, err = r.peekBreaker(ctx, policy, o.now.Time); err != nil {
+			return nil, err
+		}
+		if fenced || !o.policy.Spec.DryRun && !fences(o.policy) {
+			o.budgets = r.countBudgets(ctx, o, false)
+		}
+	case gpuhealthv1alpha1.PhaseQuarantined:
+		o.budgets = r.countBudgets(ctx, o, false)
+	case gpuhealthv1alpha1.PhaseDraining:
+		if !nh.Spec.Hold {
+			o.drain = r.drainPass(ctx, o)
+		}
+	}
+	return o, nil
+}
+
+// newRequest says whether spec.request holds a request not yet carried out.
+func newRequest(nh *gpuhealthv1alpha1.NodeHealth) bool {
+	req := nh.Spec.Request
+	return req != nil && (nh.Status.LastRequest == nil || nh.Status.LastRequest.ID != req.ID)
+}
+
+// fences says whether the policy's quarantine cordons or taints.
+func fences(p *gpuhealthv1alpha1.RemediationPolicy) bool {
+	return policyCordons(p) || nodepkg.Taint(p.Spec.Quarantine.Taint) != nil
+}
+
+func policyCordons(p *gpuhealthv1alpha1.RemediationPolicy) bool {
+	c := p.Spec.Quarantine.Cordon
+	return c == nil || *c
+}
+
+// drainPass runs one bounded pass of the drain. A pod deleted past its
+// timeout is announced at once: the deletion happened whatever the status
+// write does.
+func (r *Reconciler) drainPass(ctx context.Context, o *observation) *drainPass {
+	if o.policy.Spec.DryRun {
+		return nil
+	}
+	started := o.now.Time
+	if ds := o.nh.Status.Drain; ds != nil && ds.StartedAt != nil {
+		started = ds.StartedAt.Time
+	}
+	res, err := r.Drainer.Drain(ctx, o.node.Name, o.policy.Spec.Drain, started)
+	for _, p := range res.ForceDeleted {
+		r.Recorder.Eventf(o.node, o.nh, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonForceDeleted, "Drain",
+			"deleted pod %s after the drain timeout", p.String())
+	}
+	return &drainPass{result: res, err: err}
+}
+
+// policyFor returns the RemediationPolicy that manages the node (see
+// gpuhealthv1alpha1.ManagingPolicy), nil when none does.
+func (r *Reconciler) policyFor(ctx context.Context, node *corev1.Node) (*gpuhealthv1alpha1.RemediationPolicy, error) {
+	list := &gpuhealthv1alpha1.RemediationPolicyList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing remediation policies: %w", err)
+	}
+	return gpuhealthv1alpha1.ManagingPolicy(list.Items, node.Labels), nil
+}
+
+// ensureNodeHealth returns the node's NodeHealth, creating it owned by the
+// Node so that deleting the Node deletes it.
+func (r *Reconciler) ensureNodeHealth(ctx context.Context, node *corev1.Node) (*gpuhealthv1alpha1.NodeHealth, error) {
+	nh := &gpuhealthv1alpha1.NodeHealth{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(node), nh)
+	if err == nil {
+		return nh, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("getting nodehealth %s: %w", node.Name, err)
+	}
+	nh = &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: node.Name}}
+	if err := controllerutil.SetOwnerReference(node, nh, r.Client.Scheme()); err != nil {
+		return nil, fmt.Errorf("owning nodehealth %s: %w", node.Name, err)
+	}
+	if err := r.Client.Create(ctx, nh); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Our cache was behind: it exists, read it.
+			if err := r.Client.Get(ctx, client.ObjectKeyFromObject(node), nh); err != nil {
+				return nil, fmt.Errorf("getting nodehealth %s: %w", node.Name, err)
+			}
+			return nh, nil
+		}
+		return nil, fmt.Errorf("creating nodehealth %s: %w", node.Name, err)
+	}
+	return nh, nil
+}
