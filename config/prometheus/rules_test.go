@@ -134,6 +134,12 @@ var cases = map[string][]alertCase{
 			series: "gpuhealth_nodehealth_phase{node=\"gpu-1\",phase=\"Draining\",pod=\"a\"} 1x100 stale\n" +
 				"gpuhealth_nodehealth_phase{node=\"gpu-1\",phase=\"Draining\",pod=\"b\"} _x103 1x40"},
 	},
+	"GPUHealthDrainTimedOut": {
+		{name: "timed out for ten minutes", at: 10 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
+			series: "gpuhealth_nodehealth_drain_timed_out{node=\"gpu-1\"} 1x20\ngpuhealth_nodehealth_drain_timed_out{node=\"gpu-2\"} 0x20"},
+		{name: "for three minutes only", at: 3 * time.Minute, series: `gpuhealth_nodehealth_drain_timed_out{node="gpu-1"} 1x20`},
+		{name: "the pods left", at: 20 * time.Minute, series: `gpuhealth_nodehealth_drain_timed_out{node="gpu-1"} 1x8 0x20`},
+	},
 	"GPUHealthRecertificationStuck": {
 		{name: "recertifying for 190 minutes", at: 190 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
 			series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Recertifying"} 1x200`},
