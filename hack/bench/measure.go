@@ -135,6 +135,9 @@ func (h *harness) burst(ctx context.Context, op *operator, nodes []string, res *
 	res.Writes.subtract(resKey{group: gpuhealthv1alpha1.GroupVersion.Group, resource: "nodehealthevents"}, "POST", float64(res.HarnessCreates))
 	res.Reads = readsAfter.minus(readsBefore)
 	res.OperatorWrites = opAfter.minus(opBefore)
+	if res.Transitions, res.TransitionEvents, err = h.transitionEvents(ctx, nodes); err != nil {
+		return err
+	}
 	return nil
 }
 

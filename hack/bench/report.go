@@ -55,6 +55,10 @@ type results struct {
 	Reads reqCounts
 	// OperatorWrites are the operator's own client writes over the burst.
 	OperatorWrites reqCounts
+	// Transitions are the burst's Healthy → Quarantined transitions in the
+	// NodeHealth histories, TransitionEvents the Fault Events the apiserver
+	// holds for them: one each when every transition is published once.
+	Transitions, TransitionEvents int
 
 	// CPURaw, CPUCreates, CPUBurst and CPUBacklog are the CPU seconds every
 	// process on the machine used in the raw loop, the harness's creates
@@ -186,6 +190,9 @@ func (r *results) markdown() string {
 	p("| **Ratio operator / raw** | **%.2f×** | |", r.ratio())
 	p("| (harness's N event creates returned after) | %s | |", dur(r.CreatesDone))
 	p("| (every NodeHealth Quarantined after) | %s | |", dur(r.Quarantined))
+	if r.Transitions > 0 {
+		p("| Fault Events per Healthy → Quarantined transition (burst) | %.2f (%d / %d) | |", float64(r.TransitionEvents)/float64(r.Transitions), r.TransitionEvents, r.Transitions)
+	}
 	p("")
 	if r.Backlog > 0 {
 		p("| Backlog: N events exist, then the operator starts (N fresh nodes) | Time | Nodes/s |")
