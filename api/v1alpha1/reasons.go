@@ -1,5 +1,7 @@
 package v1alpha1
 
+import corev1 "k8s.io/api/core/v1"
+
 // Reasons used in NodeHealth status, history, conditions and Events, and
 // on the Events gpuhealth publishes. They are CamelCase words; messages
 // carry the detail.
@@ -89,3 +91,30 @@ const (
 	// ReasonStaleDaemonPodDeleted: a dead member's daemon pod was deleted.
 	ReasonStaleDaemonPodDeleted = "StaleDaemonPodDeleted"
 )
+
+// RemediationPolicy conditions and the reasons on the policy.
+const (
+	// PolicyReadyCondition says whether the policy is valid and in effect.
+	PolicyReadyCondition = "Ready"
+	// ReasonValid: the policy's node selector parses.
+	ReasonValid = "Valid"
+	// ReasonInvalidSelector: the policy's node selector does not parse.
+	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonBudgetExhausted: quarantined nodes started waiting for the policy's maxUnavailable budget (Warning Event).
+	ReasonBudgetExhausted = "BudgetExhausted"
+	// ReasonBudgetAvailable: no node waits for the budget any more (Normal Event).
+	ReasonBudgetAvailable = "BudgetAvailable"
+)
+
+// Reasons of the fabric-degraded clique taint (Events on the nodes).
+const (
+	// ReasonFabricDegraded: a clique's nodes were tainted fabric-degraded.
+	ReasonFabricDegraded = "FabricDegraded"
+	// ReasonFabricRecovered: the fabric-degraded taint was lifted.
+	ReasonFabricRecovered = "FabricRecovered"
+)
+
+// GPUHealthyNodeCondition is the Node condition gpuhealth keeps: True while
+// no finding counts against the node, False with the cause while it is out
+// of service. Other tools (schedulers, dashboards) read it.
+const GPUHealthyNodeCondition corev1.NodeConditionType = "GPUHealthy"

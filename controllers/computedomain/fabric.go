@@ -32,13 +32,6 @@ import (
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents;nodehealths;remediationpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-const (
-	// ReasonFabricDegraded is the Event reason when a clique's nodes are tainted.
-	ReasonFabricDegraded = "FabricDegraded"
-	// ReasonFabricRecovered is the Event reason when the taint is lifted.
-	ReasonFabricRecovered = "FabricRecovered"
-)
-
 // FabricReconciler taints every node of an NVLink clique (node label
 // nvidia.com/gpu.clique) while any of them reports a fabric-scoped fault,
 // so the scheduler places no new ComputeDomain on the broken rack, and
@@ -235,13 +228,13 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			logger.V(1).Info("Tainting node fabric-degraded", "Node", klog.KObj(n))
 			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, clique); changed {
 				fabricTaintChanges.WithLabelValues(actionAdd).Inc()
-				r.Recorder.Eventf(n, nil, corev1.EventTypeWarning, ReasonFabricDegraded, "Taint",
+				r.Recorder.Eventf(n, nil, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonFabricDegraded, "Taint",
 					"NVLink clique %s has a fabric fault (%s); no new ComputeDomain lands here until it resolves", clique, summary(faults))
 			}
 		} else if n.Annotations[nodepkg.FabricAnnotation] == clique {
 			if changed, err = nodepkg.UntaintFabric(ctx, r.Client, n); changed {
 				fabricTaintChanges.WithLabelValues(actionRemove).Inc()
-				r.Recorder.Eventf(n, nil, corev1.EventTypeNormal, ReasonFabricRecovered, "Untaint",
+				r.Recorder.Eventf(n, nil, corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonFabricRecovered, "Untaint",
 					"NVLink clique %s: the fabric-degraded taint gpuhealth added is lifted", clique)
 			}
 		}

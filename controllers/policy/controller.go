@@ -36,20 +36,6 @@ import (
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
-const (
-	// ReadyCondition says whether the policy is valid and in effect.
-	ReadyCondition = "Ready"
-	// ReasonValid says the policy's node selector parses.
-	ReasonValid = "Valid"
-	// ReasonInvalidSelector says the policy's node selector does not parse.
-	ReasonInvalidSelector = "InvalidSelector"
-	// ReasonBudgetExhausted is the Warning Event when quarantined nodes
-	// start waiting for the policy's maxUnavailable budget.
-	ReasonBudgetExhausted = "BudgetExhausted"
-	// ReasonBudgetAvailable is the Normal Event when none waits any more.
-	ReasonBudgetAvailable = "BudgetAvailable"
-)
-
 // Reconciler writes each policy's status: its managed nodes by phase, the
 // maxUnavailable budget, its conditions and the circuit breaker's state,
 // which it mirrors from the Breaker whenever the breaker changes. It is the
@@ -192,7 +178,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	sel, err := p.Selector()
 	if err != nil {
 		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
-			Type: ReadyCondition, Status: metav1.ConditionFalse, Reason: ReasonInvalidSelector,
+			Type: gpuhealthv1alpha1.PolicyReadyCondition, Status: metav1.ConditionFalse, Reason: gpuhealthv1alpha1.ReasonInvalidSelector,
 			Message: fmt.Sprintf("nodeSelector does not parse: %v", err), ObservedGeneration: p.Generation, LastTransitionTime: now,
 		})
 		// It selects no node: no counts.
@@ -245,7 +231,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	setBudgetMetrics(p)
 	p.Status.ObservedGeneration = p.Generation
 	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
-		Type: ReadyCondition, Status: metav1.ConditionTrue, Reason: ReasonValid,
+		Type: gpuhealthv1alpha1.PolicyReadyCondition, Status: metav1.ConditionTrue, Reason: gpuhealthv1alpha1.ReasonValid,
 		Message: fmt.Sprintf("managing %d nodes", len(managed)), ObservedGeneration: p.Generation, LastTransitionTime: now,
 	})
 	if err := r.patch(ctx, before, p); err != nil {
@@ -320,10 +306,10 @@ func (r *Reconciler) budgetEvent(before, p *gpuhealthv1alpha1.RemediationPolicy)
 	b := p.Status.Budget
 	switch {
 	case was == 0 && b.Waiting > 0:
-		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonBudgetExhausted, "Drain",
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonBudgetExhausted, "Drain",
 			"%d quarantined nodes wait for budget maxUnavailable: %d of %d managed nodes unavailable, limit %d", b.Waiting, b.Unavailable, p.Status.ManagedNodes, b.Limit)
 	case was > 0 && b.Waiting == 0:
-		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ReasonBudgetAvailable, "Drain",
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonBudgetAvailable, "Drain",
 			"no node waits for budget maxUnavailable any more: %d of %d managed nodes unavailable, limit %d", b.Unavailable, p.Status.ManagedNodes, b.Limit)
 	}
 }

@@ -71,7 +71,7 @@ func TestCountsByPhase(t *testing.T) {
 	g.Expect(got.Status.ManagedNodes).To(BeEquivalentTo(3))
 	g.Expect(got.Status.Phases).To(Equal(map[gpuhealthv1alpha1.NodeHealthPhase]int32{"Healthy": 2, "Draining": 1}))
 	g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
-	g.Expect(got.Status.Conditions).To(ContainElement(HaveField("Reason", ReasonValid)))
+	g.Expect(got.Status.Conditions).To(ContainElement(HaveField("Reason", gpuhealthv1alpha1.ReasonValid)))
 	g.Expect(got.Status.CircuitBreaker.State).To(Equal(gpuhealthv1alpha1.BreakerOpen), "the breaker's state is not ours to write")
 	g.Expect(testutil.ToFloat64(breakerOpen.WithLabelValues(p.Name))).To(BeEquivalentTo(1), "the metric mirrors the open breaker")
 

@@ -26,8 +26,6 @@ const (
 	AppliedAnnotation = "gpuhealth.dev/applied"
 	// PhaseLabel mirrors NodeHealth.status.phase on the Node while it is out of service.
 	PhaseLabel = "gpuhealth.dev/phase"
-	// GPUHealthyCondition is the Node condition other tools read.
-	GPUHealthyCondition corev1.NodeConditionType = "GPUHealthy"
 
 	appliedCordon = "cordon"
 	appliedTaint  = "taint"
@@ -182,7 +180,7 @@ func SetGPUHealthy(ctx context.Context, c client.Client, n *corev1.Node, healthy
 	if healthy {
 		status = corev1.ConditionTrue
 	}
-	idx := slices.IndexFunc(n.Status.Conditions, func(x corev1.NodeCondition) bool { return x.Type == GPUHealthyCondition })
+	idx := slices.IndexFunc(n.Status.Conditions, func(x corev1.NodeCondition) bool { return x.Type == gpuhealthv1alpha1.GPUHealthyNodeCondition })
 	if idx >= 0 {
 		cur := n.Status.Conditions[idx]
 		if cur.Status == status && cur.Reason == reason && cur.Message == message {
@@ -190,7 +188,7 @@ func SetGPUHealthy(ctx context.Context, c client.Client, n *corev1.Node, healthy
 		}
 	}
 	patch := client.MergeFromWithOptions(n.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	cond := corev1.NodeCondition{Type: GPUHealthyCondition, Status: status, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
+	cond := corev1.NodeCondition{Type: gpuhealthv1alpha1.GPUHealthyNodeCondition, Status: status, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
 	if idx >= 0 {
 		if n.Status.Conditions[idx].Status == status {
 			cond.LastTransitionTime = n.Status.Conditions[idx].LastTransitionTime
@@ -203,7 +201,7 @@ func SetGPUHealthy(ctx context.Context, c client.Client, n *corev1.Node, healthy
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("setting condition %s on node %s: %w", GPUHealthyCondition, n.Name, err)
+		return fmt.Errorf("setting condition %s on node %s: %w", gpuhealthv1alpha1.GPUHealthyNodeCondition, n.Name, err)
 	}
 	return nil
 }

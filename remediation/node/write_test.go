@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
@@ -185,11 +186,11 @@ func TestReleaseKeepsPreexisting(t *testing.T) {
 // condition returns the node's GPUHealthy condition.
 func condition(g *WithT, n *corev1.Node) corev1.NodeCondition {
 	for _, c := range n.Status.Conditions {
-		if c.Type == node.GPUHealthyCondition {
+		if c.Type == gpuhealthv1alpha1.GPUHealthyNodeCondition {
 			return c
 		}
 	}
-	g.ExpectWithOffset(1, n.Status.Conditions).To(ContainElement(HaveField("Type", node.GPUHealthyCondition)))
+	g.ExpectWithOffset(1, n.Status.Conditions).To(ContainElement(HaveField("Type", gpuhealthv1alpha1.GPUHealthyNodeCondition)))
 	return corev1.NodeCondition{}
 }
 
