@@ -344,7 +344,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		o.budgets = r.countBudgets(ctx, o, true)
 		p = decide(o)
 	}
-	if p.err != nil && len(p.transitions) == 0 && p.status.Phase == "" {
+	if p.terminal {
 		undo()
 		return ctrl.Result{}, reconcile.TerminalError(p.err)
 	}

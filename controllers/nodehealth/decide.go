@@ -84,8 +84,10 @@ type plan struct {
 	requeue time.Duration
 	// immediate asks for the next pass right after this one's write.
 	immediate bool
-	// err is a decision that cannot be made (an unknown phase).
-	err error
+	// err is a decision that cannot be made; terminal when retrying cannot
+	// help (an unknown phase).
+	err      error
+	terminal bool
 }
 
 // transitionRecord is one move of the state machine, for the metrics.
@@ -118,7 +120,7 @@ func decide(o *observation) *plan {
 	d.condition(gpuhealthv1alpha1.NodeHealthManagedCondition, true, gpuhealthv1alpha1.ReasonManaged, "managed by RemediationPolicy "+o.policy.Name)
 	var err error
 	if d.machine, err = fsm.New(st.Phase); err != nil {
-		d.p.err = fmt.Errorf("nodehealth %s: %w", o.nh.Name, err)
+		d.p.err, d.p.terminal = fmt.Errorf("nodehealth %s: %w", o.nh.Name, err), true
 		return d.p
 	}
 	if st.Phase == "" {

@@ -49,10 +49,23 @@ func (e *expectations) wrote(kind string, obj client.Object, readVersion string)
 	if e == nil || readVersion == "" {
 		return
 	}
+	now := e.clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.stale[expectationKey{kind, obj.GetName()}] = expectation{resourceVersion: readVersion, at: e.clock.Now()}
+	if len(e.stale) >= sweepAt {
+		// Expectations of objects never listed again (a finding deleted
+		// right after a write) would otherwise stay for good.
+		for k, x := range e.stale {
+			if now.Sub(x.at) >= expectationTimeout {
+				delete(e.stale, k)
+			}
+		}
+	}
+	e.stale[expectationKey{kind, obj.GetName()}] = expectation{resourceVersion: readVersion, at: now}
 }
+
+// sweepAt is the number of expectations at which lapsed ones are dropped.
+const sweepAt = 4096
 
 // caughtUp says whether the cache's copy of an object (nil when the cache
 // has none) holds every write this process made to it, and forgets the
