@@ -374,6 +374,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: conflictRetry, Priority: ptr.To(normalPriority)}, nil
 	}
 	if err := r.applyAfterWrite(ctx, o, p); err != nil {
+		if apierrors.IsConflict(err) {
+			// The node changed under us (a kubelet's status, say): the
+			// return to service is repeated from the fresh copy.
+			return ctrl.Result{RequeueAfter: conflictRetry, Priority: ptr.To(normalPriority)}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	if p.err != nil {
