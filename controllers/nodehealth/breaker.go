@@ -42,29 +42,23 @@ func (r *Reconciler) peekBreaker(ctx context.Context, p *gpuhealthv1alpha1.Remed
 			"circuit breaker reset by annotation %s=%s", gpuhealthv1alpha1.ResetCircuitBreakerAnnotation, token)
 	}
 	allowed, st := r.Breaker.Check(p.Name, settings, now)
-	return &breakerView{allowed: allowed, message: st.Message}, nil
+	return &breakerView{allowed: allowed, message: st.Message, settings: settings, enabled: true}, nil
 }
 
-// reserveBreaker counts one quarantine of the policy at now. When the
-// breaker refuses (another node took the last slot since the peek), the
-// view says why. The returned time identifies the count for an undo.
-func (r *Reconciler) reserveBreaker(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy, now time.Time) (*breakerView, error) {
-	if !breaker.Enabled(p.Spec.CircuitBreaker) {
-		return &breakerView{allowed: true, message: "disabled"}, nil
+// reserveBreaker counts one quarantine of the policy at now, with the
+// settings the peek resolved. When the breaker refuses (another node took
+// the last slot since the peek), the view says why.
+func (r *Reconciler) reserveBreaker(p *gpuhealthv1alpha1.RemediationPolicy, peeked *breakerView, now time.Time) *breakerView {
+	if peeked == nil || !peeked.enabled {
+		return &breakerView{allowed: true, message: "disabled"}
 	}
-	settings, err := r.breakerSettings(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	ok, st := r.Breaker.Allow(p.Name, settings, now)
-	return &breakerView{allowed: ok, message: st.Message}, nil
+	ok, st := r.Breaker.Allow(p.Name, peeked.settings, now)
+	return &breakerView{allowed: ok, message: st.Message, settings: peeked.settings, enabled: true}
 }
 
 // undoBreaker takes back a quarantine counted at now whose fence failed.
 func (r *Reconciler) undoBreaker(p *gpuhealthv1alpha1.RemediationPolicy, now time.Time) {
-	if breaker.Enabled(p.Spec.CircuitBreaker) {
-		r.Breaker.Undo(p.Name, now)
-	}
+	r.Breaker.Undo(p.Name, now)
 }
 
 func (r *Reconciler) breakerSettings(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (breaker.Settings, error) {

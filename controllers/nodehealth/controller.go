@@ -320,11 +320,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Counted now, taken back below when the quarantine does not
 		// become real; a refusal (another node took the last slot since
 		// the peek) is decided anew.
-		view, err := r.reserveBreaker(ctx, o.policy, o.now.Time)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		o.breaker, reserved = view, view.allowed
+		view := r.reserveBreaker(o.policy, o.breaker, o.now.Time)
+		reserved = view.allowed && view.enabled
+		o.breaker = view
 		if !view.allowed {
 			p = decide(o)
 		}

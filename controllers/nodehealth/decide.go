@@ -608,7 +608,9 @@ func (d *decider) remediated(kind job.Kind, step *gpuhealthv1alpha1.RemediationS
 		rc.RemediationJob = want.Name
 		return d.jobSucceeded(want, gpuhealthv1alpha1.ReasonRemediating)
 	}
-	if boot != rc.BootID && member.Ready(o.node) {
+	if boot != rc.BootID && (member.Ready(o.node) || rc.JobName != "" || rc.CompletedAt != nil) {
+		// Back with a new boot; once past this step (its recertification
+		// planned or done), a later NotReady is no reboot still under way.
 		return true
 	}
 	deadline := rc.RemediationStartedAt.Add(timeout)

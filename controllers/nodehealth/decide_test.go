@@ -435,6 +435,10 @@ func TestDecide(t *testing.T) {
 		{"reboot step: new boot ID, not Ready: waits", obs(attempt(1), rebootStep, recertJob, finding(), bootID("boot-2", false), rebooting), func(g *WithT, p *plan) {
 			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonRemediating))
 		}},
+		{"reboot step done, recertifying, the node NotReady later: still done", obs(attempt(1), rebootStep, recertJob, finding(), bootID("boot-2", false), rebooting,
+			func(o *observation) { o.nh.Status.Recertification.JobName = "gpuhealth-recert-n-1" }), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonRecertifying))
+		}},
 		{"reboot step: no new boot ID within the timeout: the attempt fails", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), rebooting, func(o *observation) {
 			at := metav1.NewTime(t0.Add(-11 * time.Minute))
 			o.nh.Status.Recertification.RemediationStartedAt = &at

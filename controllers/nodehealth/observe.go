@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
@@ -63,6 +64,10 @@ type observation struct {
 type breakerView struct {
 	allowed bool
 	message string
+	// settings are the breaker's, resolved against the managed nodes once
+	// per pass; enabled is false for a disabled breaker.
+	settings breaker.Settings
+	enabled  bool
 }
 
 // budgetCount is every budget that applies to the node, counted.
