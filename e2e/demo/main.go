@@ -21,6 +21,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -140,6 +141,7 @@ func run(dir string) error {
 	}
 	say("%s is Healthy again — %s after make demo started", faultyNode, time.Since(started).Round(time.Second))
 	printPods(ctx, env)
+	printNodeEvents(ctx, c, faultyNode)
 	fmt.Printf(`
 The cluster, the operator and the monitors keep running. Look around:
 
@@ -182,6 +184,34 @@ func printPods(ctx context.Context, env *framework.Env) {
 		}
 	}
 	say("training pods: %s", strings.Join(where, ", "))
+}
+
+// printNodeEvents prints the node's Events in time order, as
+// `kubectl get events --field-selector involvedObject.name=NODE` lists
+// them: each transition once. Events are sent asynchronously, so it lets
+// them settle first.
+func printNodeEvents(ctx context.Context, c client.Client, node string) {
+	time.Sleep(2 * time.Second)
+	list := &eventsv1.EventList{}
+	if err := c.List(ctx, list); err != nil {
+		say("listing events: %v", err)
+		return
+	}
+	var mine []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == node {
+			mine = append(mine, e)
+		}
+	}
+	sort.SliceStable(mine, func(i, j int) bool { return mine[i].EventTime.Before(&mine[j].EventTime) })
+	say("Events on %s (kubectl get events --field-selector involvedObject.name=%s):", node, node)
+	for _, e := range mine {
+		count := int32(1)
+		if e.Series != nil {
+			count = e.Series.Count
+		}
+		fmt.Printf("  %-8s %-20s ×%d  %s\n", e.Type, e.Reason, count, e.Note)
+	}
 }
 
 // watcher prints each change of a NodeHealthEvent or a NodeHealth phase.
