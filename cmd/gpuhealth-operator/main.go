@@ -79,7 +79,10 @@ func run() error {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
+		Scheme: scheme,
+		// Every write names the operator, whatever the binary is called:
+		// the reconciler tells its own writes of a Node from a human's by it.
+		Client:                        client.Options{FieldOwner: nodehealth.FieldManager},
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        probeAddr,
 		PprofBindAddress:              pprofAddr,

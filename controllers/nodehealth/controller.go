@@ -45,8 +45,9 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 const (
-	// FieldManager is the operator's name as a field manager and an Event
-	// reporter (client-go names writes after the binary).
+	// FieldManager is the operator's name as a field manager (the
+	// composition root sets it on the manager's client) and an Event
+	// reporter.
 	FieldManager = "gpuhealth-operator"
 
 	// budgetRecheck is a safety net for nodes waiting for a budget: they are

@@ -74,7 +74,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	h.label = strings.TrimRight(h.label, "-")
 	h.r = &Reconciler{
-		Client: k8sClient, APIReader: k8sClient, Clock: clk, Recorder: rec,
+		Client: client.WithFieldOwner(k8sClient, FieldManager), APIReader: k8sClient, Clock: clk, Recorder: rec,
 		Drainer: drain.New(k8sClient, clk), Breaker: breaker.New(), Namespace: jobNamespace,
 		expect: newExpectations(clk),
 	}
