@@ -517,7 +517,7 @@ func newNamespace(t *testing.T, labels map[string]string) string {
 
 // newPod creates a pod bound to node; options that set status are written
 // through the status subresource afterwards.
-func newPod(t *testing.T, ns, name, node string, opts ...podOption) *corev1.Pod {
+func newPod(t *testing.T, ns, name, node string, opts ...podOption) {
 	t.Helper()
 	g := NewWithT(t)
 	pod := &corev1.Pod{
@@ -536,7 +536,6 @@ func newPod(t *testing.T, ns, name, node string, opts ...podOption) *corev1.Pod 
 		pod.Status = status
 		g.Expect(k8sClient.Status().Update(t.Context(), pod)).To(Succeed())
 	}
-	return pod
 }
 
 func getPod(t *testing.T, ns, name string) *corev1.Pod {
