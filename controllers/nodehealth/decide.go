@@ -328,8 +328,7 @@ func (d *decider) quarantined() {
 		d.statusReason(gpuhealthv1alpha1.ReasonDryRun, "dry run: would drain when the budgets allow")
 		return
 	}
-	if o.nh.Spec.Hold {
-		d.statusReason(gpuhealthv1alpha1.ReasonHeld, "spec.hold is true: the node stays quarantined")
+	if d.held("the node stays quarantined") {
 		return
 	}
 	if rc := st.Recertification; rc != nil && rc.Result == gpuhealthv1alpha1.JobFailed && rc.CompletedAt != nil {
@@ -409,8 +408,7 @@ func budgetCounts(b *budgetCount) string {
 func (d *decider) draining() {
 	d.outOfService()
 	o, st := d.o, &d.p.status
-	if o.nh.Spec.Hold {
-		d.statusReason(gpuhealthv1alpha1.ReasonHeld, "spec.hold is true: the drain is paused")
+	if d.held("the drain is paused") {
 		return
 	}
 	if st.Drain == nil || st.Drain.StartedAt == nil {
@@ -500,8 +498,7 @@ func (d *decider) drainTimeout() {
 func (d *decider) recertifying() {
 	d.outOfService()
 	o, st := d.o, &d.p.status
-	if o.nh.Spec.Hold {
-		d.statusReason(gpuhealthv1alpha1.ReasonHeld, "spec.hold is true: recertification is paused")
+	if d.held("recertification is paused") {
 		return
 	}
 	rc := st.Recertification
@@ -778,6 +775,15 @@ func (d *decider) transition(e fsm.Event, reason, message, by string) bool {
 		d.domainEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonMemberQuarantined, string(e),
 			"member %s is out of service (%s → %s, %s): %s", o.node.Name, from, to, reason, message)
 	}
+	return true
+}
+
+// held records that spec.hold stops the phase's step and says whether it does.
+func (d *decider) held(what string) bool {
+	if !d.o.nh.Spec.Hold {
+		return false
+	}
+	d.statusReason(gpuhealthv1alpha1.ReasonHeld, "spec.hold is true: "+what)
 	return true
 }
 
