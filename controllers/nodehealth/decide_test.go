@@ -1,6 +1,7 @@
 package nodehealth
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -313,6 +314,22 @@ func TestDecide(t *testing.T) {
 		}), func(g *WithT, p *plan) {
 			g.Expect(reasonsOf(p.announce)).To(Equal([]string{"Warning " + gpuhealthv1alpha1.ReasonMemberWaitingForBudget}))
 		}},
+		{"quarantined, a budget that cannot be resolved: waits, fails closed", obs(inPhase(quarantined), fenced, finding(), func(o *observation) {
+			o.budgets = &budgetCount{decisions: []budget.Decision{{Name: string(gpuhealthv1alpha1.BudgetPerClique)}}, err: errors.New("bad percentage")}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonWaitingForBudget))
+			g.Expect(p.status.Message).To(ContainSubstring("bad percentage"))
+			g.Expect(p.status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerClique))
+			g.Expect(p.transitions).To(BeEmpty())
+		}},
+		{"a member that left while quarantined: Left, announced once, still counted", obs(inPhase(quarantined), fenced, finding(), noRoom, func(o *observation) {
+			o.nh.Status.ComputeDomain = &gpuhealthv1alpha1.ComputeDomainMembership{UID: "cd-1", Namespace: "ml", Name: "train", Membership: gpuhealthv1alpha1.MembershipMember}
+			o.nh.Status.BlockingBudget = gpuhealthv1alpha1.BudgetMaxUnavailable
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeft))
+			g.Expect(p.status.ComputeDomain.LeftAt).NotTo(BeNil())
+			g.Expect(reasonsOf(p.announce)).To(Equal([]string{"Normal " + gpuhealthv1alpha1.ReasonMemberLeft}))
+		}},
 		{"dry run, quarantined, the finding gone: cancelled", obs(inPhase(quarantined), dryRun), func(g *WithT, p *plan) {
 			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy}))
 			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonDryRun))
@@ -333,6 +350,13 @@ func TestDecide(t *testing.T) {
 			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonDraining))
 			g.Expect(p.status.Drain.PodsRemaining).To(BeEquivalentTo(2))
 			g.Expect(p.requeue).To(Equal(drainRecheck))
+		}},
+		{"draining, the drain pass failed: the error is kept, not done", obs(inPhase(draining), fenced, finding(), drained(0), func(o *observation) {
+			o.drain.err = errors.New("listing pods: timeout")
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.err).To(MatchError(ContainSubstring("listing pods")))
+			g.Expect(p.status.Drain.CompletedAt).To(BeNil())
+			g.Expect(p.transitions).To(BeEmpty())
 		}},
 		{"draining, a PDB blocks", obs(inPhase(draining), fenced, finding(), drained(1), func(o *observation) { o.drain.result.Blocked = 1 }), func(g *WithT, p *plan) {
 			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonBlockedByPDB))
