@@ -52,7 +52,7 @@ func breakerOpenUntil(p *gpuhealthv1alpha1.RemediationPolicy, now time.Time) (bo
 		return false, time.Time{}
 	}
 	spec := p.Spec.CircuitBreaker
-	if spec.Enabled != nil && !*spec.Enabled {
+	if !breaker.Enabled(spec) {
 		return false, time.Time{}
 	}
 	if token := p.Annotations[gpuhealthv1alpha1.ResetCircuitBreakerAnnotation]; token != "" && token != cb.LastReset {

@@ -143,7 +143,7 @@ func (b *Breaker) reset(policy, token string, now time.Time) bool {
 // quarantine that then does not happen (its fence failed) is taken back
 // with Undo, so each quarantine counts once, when it is real.
 func (b *Breaker) Allow(policy string, s Settings, now time.Time) (bool, State) {
-	ok, st := b.allow(policy, s, now, true)
+	ok, st, _ := b.allow(policy, s, now, true)
 	b.changed(policy)
 	return ok, st
 }
@@ -153,11 +153,8 @@ func (b *Breaker) Allow(policy string, s Settings, now time.Time) (bool, State) 
 // is full, and closes it when its cool-down is over: the first node turned
 // away starts the cool-down.
 func (b *Breaker) Check(policy string, s Settings, now time.Time) (bool, State) {
-	b.mu.Lock()
-	wasOpen := b.get(policy).open
-	b.mu.Unlock()
-	ok, st := b.allow(policy, s, now, false)
-	if st.Open != wasOpen {
+	ok, st, changed := b.allow(policy, s, now, false)
+	if changed {
 		b.changed(policy)
 	}
 	return ok, st
@@ -174,7 +171,9 @@ func (b *Breaker) Undo(policy string, t time.Time) {
 	b.changed(policy)
 }
 
-func (b *Breaker) allow(policy string, s Settings, now time.Time, record bool) (bool, State) {
+// allow is Allow (record) or Check; changed says whether the breaker
+// opened or closed.
+func (b *Breaker) allow(policy string, s Settings, now time.Time, record bool) (ok bool, st State, changed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.get(policy)
@@ -182,18 +181,19 @@ func (b *Breaker) allow(policy string, s Settings, now time.Time, record bool) (
 	if p.open && !now.Before(p.since.Add(s.CoolDown)) {
 		// Cool-down over: close, and count afresh from now.
 		p.open, p.since, p.times = false, now, nil
+		changed = true
 	}
 	if p.open {
-		return false, p.state(s)
+		return false, p.state(s), changed
 	}
 	if len(p.times) >= max(s.Limit, 1) {
 		p.open, p.since = true, now
-		return false, p.state(s)
+		return false, p.state(s), true
 	}
 	if record {
 		p.times = append(p.times, now)
 	}
-	return true, p.state(s)
+	return true, p.state(s), changed
 }
 
 // Peek returns the state without recording anything.
