@@ -22,18 +22,11 @@ import (
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
-// applied is what apply did, for record.
-type applied struct {
-	// fenced: this pass cordoned or tainted the node.
-	fenced bool
-}
-
 // apply carries out what must happen before the status is written: the
 // fence, keeping the node out of service, the Jobs and the deletion of a
 // dead member's daemon pods. Every step is idempotent, so a pass that
-// fails part-way is repeated safely.
-func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (applied, error) {
-	var done applied
+// fails part-way is repeated safely. It says whether it fenced the node.
+func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (fenced bool, err error) {
 	logger := log.FromContext(ctx)
 	taint := nodepkg.Taint(o.policy.Spec.Quarantine.Taint)
 	switch p.node {
@@ -42,9 +35,9 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (applie
 			return nodepkg.Quarantine(ctx, r.Client, n, policyCordons(o.policy), taint, phaseLabel(o.policy, gpuhealthv1alpha1.PhaseQuarantined))
 		})
 		if err != nil {
-			return done, err
+			return false, err
 		}
-		done.fenced = true
+		fenced = true
 		logger.Info("Fenced node", "findings", describe(countingOf(p.judged)))
 		r.storm.fenced(o.node.Name)
 	case nodeOutOfService:
@@ -55,13 +48,13 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (applie
 			return nodepkg.SetGPUHealthy(ctx, r.Client, n, false, p.nodeReason, truncate(p.nodeMessage, 1024), o.now)
 		})
 		if err != nil {
-			return done, err
+			return fenced, err
 		}
 	}
 	if p.deleteJobs {
 		deleted, err := job.DeleteUnfinished(ctx, r.Client, o.namespace, o.node.Name)
 		if err != nil {
-			return done, err
+			return fenced, err
 		}
 		if len(deleted) > 0 {
 			logger.Info("Deleted unfinished jobs of a workflow that ended", "jobs", deleted)
@@ -71,24 +64,24 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (applie
 	}
 	for _, want := range p.createJobs {
 		if _, err := job.Ensure(ctx, r.Client, want); err != nil {
-			return done, err
+			return fenced, err
 		}
 	}
 	for _, pod := range p.deleteDaemonPods {
 		since := p.deadSince.UTC().Format(time.RFC3339)
 		logger.Info("Deleting stale ComputeDomain daemon pod of a dead member", "Pod", klog.KObj(pod), "notReadySince", since)
 		if err := member.DeleteStalePod(ctx, r.Client, o.node, pod); err != nil {
-			return done, err
+			return fenced, err
 		}
 		staleDaemonPodsDeleted.Inc()
 		r.Recorder.Eventf(o.node, o.nh, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted, "Delete",
 			"deleted ComputeDomain daemon pod %s/%s of the dead node (NotReady since %s)", pod.Namespace, pod.Name, since)
-		d := &decider{o: o, p: &plan{status: p.status}}
-		d.domainEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted, "Delete",
-			"node %s is dead (NotReady since %s, fenced): deleted its daemon pod %s so the other members drop it", o.node.Name, since, pod.Name)
-		publish(r.Recorder, d.p.announce)
+		if a, ok := domainAnnouncement(o, p.status.ComputeDomain, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted, "Delete",
+			fmt.Sprintf("node %s is dead (NotReady since %s, fenced): deleted its daemon pod %s so the other members drop it", o.node.Name, since, pod.Name)); ok {
+			publish(r.Recorder, []announcement{a})
+		}
 	}
-	return done, nil
+	return fenced, nil
 }
 
 // applyAfterWrite carries out what must follow the status write: a node

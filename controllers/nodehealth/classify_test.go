@@ -129,7 +129,7 @@ func TestDebounceCountsTheWindow(t *testing.T) {
 	}}
 	ev := &gpuhealthv1alpha1.NodeHealthEvent{Spec: gpuhealthv1alpha1.NodeHealthEventSpec{Check: "XID", Code: "13", Severity: "Info"}}
 	// seen plays the monitor (count, lastSeen) and then the operator's pass.
-	seen := func(_ *WithT, count int64, at time.Time) judgement {
+	seen := func(count int64, at time.Time) judgement {
 		ev.Status.Count = count
 		ts := metav1.NewTime(at)
 		ev.Status.LastSeen = &ts
@@ -143,16 +143,16 @@ func TestDebounceCountsTheWindow(t *testing.T) {
 
 	g := NewWithT(t)
 	for i := int64(1); i <= 4; i++ {
-		g.Expect(seen(g, i, t0.Add(time.Duration(i)*time.Hour)).counts).To(BeFalse(), "occurrence %d of 5", i)
+		g.Expect(seen(i, t0.Add(time.Duration(i)*time.Hour)).counts).To(BeFalse(), "occurrence %d of 5", i)
 	}
-	g.Expect(seen(g, 5, t0.Add(5*time.Hour)).counts).To(BeTrue(), "five within a day")
+	g.Expect(seen(5, t0.Add(5*time.Hour)).counts).To(BeTrue(), "five within a day")
 	g.Expect(ev.Status.Occurrences).To(HaveLen(5))
 
 	// Recertified: the finding is superseded (as the reconciler does).
 	closedAt := metav1.NewTime(t0.Add(6 * time.Hour))
 	ev.Status.SupersededAt, ev.Status.SupersededCount = &closedAt, 5
 	ev.Status.Occurrences = []gpuhealthv1alpha1.OccurrenceSample{{Time: closedAt, Count: 5}}
-	j := seen(g, 6, t0.Add(day+6*time.Hour))
+	j := seen(6, t0.Add(day+6*time.Hour))
 	g.Expect(j.phase).To(Equal(gpuhealthv1alpha1.EventActive), "it occurred again")
 	g.Expect(j.counts).To(BeFalse(), "one XID 13 a day later does not quarantine again: %s", j.reason)
 	g.Expect(j.reason).To(ContainSubstring("seen 1"))
@@ -165,13 +165,13 @@ func TestDebounceCountsTheWindow(t *testing.T) {
 	slow.Debounce = &gpuhealthv1alpha1.Debounce{Count: 3, Window: "10m"}
 	rule = []gpuhealthv1alpha1.Rule{*slow}
 	for i := int64(1); i <= 48; i++ {
-		g.Expect(seen(g, i, t0.Add(time.Duration(i)*time.Hour)).counts).To(BeFalse(), "one an hour is not three in ten minutes")
+		g.Expect(seen(i, t0.Add(time.Duration(i)*time.Hour)).counts).To(BeFalse(), "one an hour is not three in ten minutes")
 	}
 	g.Expect(len(flap.Status.Occurrences)).To(BeNumerically("<=", 2), "samples older than the window are dropped")
 	base := t0.Add(49 * time.Hour)
-	seen(g, 49, base)
-	seen(g, 50, base.Add(2*time.Minute))
-	g.Expect(seen(g, 51, base.Add(4*time.Minute)).counts).To(BeTrue(), "three within ten minutes, after two days of flapping")
+	seen(49, base)
+	seen(50, base.Add(2*time.Minute))
+	g.Expect(seen(51, base.Add(4*time.Minute)).counts).To(BeTrue(), "three within ten minutes, after two days of flapping")
 }
 
 // TestDebounceFirstSightOfACoalescedCount: a finding first seen with five

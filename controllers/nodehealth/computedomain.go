@@ -167,14 +167,14 @@ func (d *decider) membership() {
 
 // domainRef is the node's ComputeDomain as an Event target, nil when the
 // object is not known (no CRDs, or a host-managed domain).
-func (d *decider) domainRef() *corev1.ObjectReference {
+func domainRef(m *observedMembership, st *gpuhealthv1alpha1.ComputeDomainMembership) *corev1.ObjectReference {
 	var ns, name string
 	var uid types.UID
 	switch {
-	case d.o.cd != nil && d.o.cd.domain != nil:
-		ns, name, uid = d.o.cd.domain.Namespace, d.o.cd.domain.Name, d.o.cd.domain.UID
-	case d.p.status.ComputeDomain != nil && d.p.status.ComputeDomain.Name != "":
-		cd := d.p.status.ComputeDomain
+	case m != nil && m.domain != nil:
+		ns, name, uid = m.domain.Namespace, m.domain.Name, m.domain.UID
+	case st != nil && st.Name != "":
+		cd := st
 		ns, name, uid = cd.Namespace, cd.Name, types.UID(cd.UID)
 	default:
 		return nil
@@ -189,10 +189,22 @@ func (d *decider) domainRef() *corev1.ObjectReference {
 // domain's namespace, so `kubectl describe computedomain` shows it to the
 // job's owners), with the node as the related object.
 func (d *decider) domainEvent(eventType, reason, action, note string, args ...any) {
-	if ref := d.domainRef(); ref != nil && !d.dryRun() {
-		d.p.announce = append(d.p.announce, announcement{regarding: ref, related: d.o.node, eventType: eventType,
-			reason: reason, action: action, note: fmt.Sprintf(note, args...)})
+	if d.dryRun() {
+		return
 	}
+	if a, ok := domainAnnouncement(d.o, d.p.status.ComputeDomain, eventType, reason, action, fmt.Sprintf(note, args...)); ok {
+		d.p.announce = append(d.p.announce, a)
+	}
+}
+
+// domainAnnouncement is an Event on the node's ComputeDomain with the node
+// as the related object; false when the domain object is not known.
+func domainAnnouncement(o *observation, st *gpuhealthv1alpha1.ComputeDomainMembership, eventType, reason, action, note string) (announcement, bool) {
+	ref := domainRef(o.cd, st)
+	if ref == nil {
+		return announcement{}, false
+	}
+	return announcement{regarding: ref, related: o.node, eventType: eventType, reason: reason, action: action, note: note}, true
 }
 
 // domainBudgets returns the per-ComputeDomain and per-clique decisions for

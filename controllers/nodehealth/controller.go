@@ -347,9 +347,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		undo()
 		return ctrl.Result{}, reconcile.TerminalError(p.err)
 	}
-	done, err := r.apply(ctx, o, p)
+	fenced, err := r.apply(ctx, o, p)
 	if err != nil {
-		if !done.fenced {
+		if !fenced {
 			undo()
 		}
 		if apierrors.IsConflict(err) {
@@ -361,7 +361,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return result(p), nil
 	}
 	written, err := r.record(ctx, o, p)
-	if !written && !done.fenced {
+	if !written && !fenced {
 		undo()
 	}
 	if err != nil {
