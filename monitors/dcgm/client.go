@@ -64,7 +64,64 @@ type ClientConfig struct {
 	// GlobalFields are the global fields to watch. A DCGM too old to know
 	// them returns them as not valid instead of failing.
 	GlobalFields []Field
+	// HealthSystems are the health watches to enable. A DCGM too old to
+	// know HealthIMEX watches IMEX under HealthNVLink, so a client that is
+	// refused the IMEX bit enables the others without it.
+	HealthSystems HealthSystem
 }
+
+// HealthSystem is a set of DCGM health watches (dcgmHealthSystems_t, the
+// DCGM_HEALTH_WATCH_* bits of dcgm_structs.h).
+type HealthSystem uint
+
+// The health watches the source can enable, with DCGM's bit values.
+const (
+	// HealthPCIe is DCGM_HEALTH_WATCH_PCIE: the PCIe replay rate.
+	HealthPCIe HealthSystem = 0x1
+	// HealthNVLink is DCGM_HEALTH_WATCH_NVLINK: NVLink error counters, link
+	// states and fabric health (and IMEX before DCGM had HealthIMEX).
+	HealthNVLink HealthSystem = 0x2
+	// HealthMem is DCGM_HEALTH_WATCH_MEM: ECC errors, page retirement and
+	// row remapping.
+	HealthMem HealthSystem = 0x10
+	// HealthInforom is DCGM_HEALTH_WATCH_INFOROM: InfoROM validity.
+	HealthInforom HealthSystem = 0x40
+	// HealthThermal is DCGM_HEALTH_WATCH_THERMAL: thermal clock events.
+	HealthThermal HealthSystem = 0x80
+	// HealthPower is DCGM_HEALTH_WATCH_POWER: power readings and power clock
+	// events.
+	HealthPower HealthSystem = 0x100
+	// HealthNVSwitchNonFatal is DCGM_HEALTH_WATCH_NVSWITCH_NONFATAL:
+	// non-fatal NVSwitch errors.
+	HealthNVSwitchNonFatal HealthSystem = 0x400
+	// HealthNVSwitchFatal is DCGM_HEALTH_WATCH_NVSWITCH_FATAL: fatal NVSwitch
+	// errors and NVSwitch links that are down.
+	HealthNVSwitchFatal HealthSystem = 0x800
+	// HealthIMEX is DCGM_HEALTH_WATCH_IMEX: the IMEX domain and daemon.
+	HealthIMEX HealthSystem = 0x2000
+)
+
+// DefaultHealthSystems are the health watches the source enables: memory,
+// PCIe, InfoROM, thermal, power, NVLink, NVSwitch fatal and non-fatal, and
+// IMEX. The others (PMU, MCU, SM, driver, ConnectX) are left off: DCGM
+// implements no check for PMU, MCU and SM, the driver watch only turns the
+// GPU recovery action into incidents (the source reads that field itself,
+// see FieldGPURecoveryAction), and ConnectX cards are not in the group.
+const DefaultHealthSystems = HealthMem | HealthPCIe | HealthInforom | HealthThermal | HealthPower |
+	HealthNVLink | HealthNVSwitchFatal | HealthNVSwitchNonFatal | HealthIMEX
+
+// HealthResult is how DCGM grades an incident (dcgmHealthWatchResults_t).
+type HealthResult uint
+
+// DCGM's grades (DCGM_HEALTH_RESULT_*).
+const (
+	// HealthPass is DCGM_HEALTH_RESULT_PASS.
+	HealthPass HealthResult = 0
+	// HealthWarn is DCGM_HEALTH_RESULT_WARN: a warning.
+	HealthWarn HealthResult = 10
+	// HealthFail is DCGM_HEALTH_RESULT_FAIL: a failure.
+	HealthFail HealthResult = 20
+)
 
 // GPU is one GPU as DCGM numbers it.
 type GPU struct {
@@ -123,10 +180,11 @@ type FieldValue struct {
 	Time time.Time
 }
 
-// HealthCode is a DCGM health error code (dcgmError_t, DCGM_FR_*).
+// HealthCode is a DCGM health error code (dcgmError_t, DCGM_FR_*, numbered
+// as in dcgm_errors.h). mapping.go's incidentRules says what each becomes.
 type HealthCode uint
 
-// The health error codes the source maps (dcgm_errors.h).
+// The health error codes the source's own logic names (dcgm_errors.h).
 const (
 	// HealthNVLinkDown is DCGM_FR_NVLINK_DOWN: an NVLink link is down.
 	HealthNVLinkDown HealthCode = 14
@@ -186,4 +244,11 @@ type Incident struct {
 	Message string
 	// Entity is what it is about.
 	Entity Entity
+	// System is the health watch that reported it; DCGM reports incidents
+	// it derives from XIDs it always watches (fallen off the bus, contained
+	// and uncontained errors) under all systems (0xFFFFFFFF).
+	System HealthSystem
+	// Health is how DCGM graded it: HealthWarn or HealthFail. A few codes
+	// map differently when DCGM only warns (see incidentRules).
+	Health HealthResult
 }

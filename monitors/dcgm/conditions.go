@@ -52,6 +52,16 @@ func (c *conditions) hold(sc scope, f monitors.Finding, now time.Time, report mo
 	report(f)
 }
 
+// holdOnce records that f holds at now and reports it only when it is new:
+// for conditions DCGM keeps reporting long after the fault (incidents from
+// its XID history), where a repeat would read as a new occurrence.
+func (c *conditions) holdOnce(sc scope, f monitors.Finding, now time.Time, report monitors.Reporter) {
+	if _, ok := c.open[f.Key()]; ok {
+		return
+	}
+	c.hold(sc, f, now, report)
+}
+
 // release records that the condition with key k no longer holds and
 // reports it resolved, with message, if it was open.
 func (c *conditions) release(k monitors.Key, message string, now time.Time, report monitors.Reporter) {

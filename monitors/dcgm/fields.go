@@ -27,8 +27,14 @@ const (
 	// DOWN or DEGRADED (global field, not tied to a GPU).
 	FieldIMEXDomainStatus Field = 1502
 	// FieldIMEXDaemonStatus is the node's IMEX daemon status, a number from
-	// 0 (INITIALIZING) to 7 (UNAVAILABLE); 5 is READY (global field).
+	// 0 (INITIALIZING) to 7 (UNAVAILABLE); 5 is READY (global field). DCGM
+	// also writes -1 (IMEX not installed), -2 (not configured) and -3
+	// (nvidia-imex-ctl failed or timed out) when it has no daemon status.
 	FieldIMEXDaemonStatus Field = 1503
+	// FieldGPURecoveryAction is the action the driver says a GPU needs to
+	// recover from a fault (NVML's nvmlDeviceGpuRecoveryAction_t): see the
+	// recoveryAction constants.
+	FieldGPURecoveryAction Field = 1523
 )
 
 // fieldNames are the DCGM names of the fields above; a finding's code uses them.
@@ -39,6 +45,7 @@ var fieldNames = map[Field]string{
 	FieldNVLinkRecoveryErrorTotal: "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_TOTAL",
 	FieldIMEXDomainStatus:         "DCGM_FI_IMEX_DOMAIN_STATUS",
 	FieldIMEXDaemonStatus:         "DCGM_FI_IMEX_DAEMON_STATUS",
+	FieldGPURecoveryAction:        "DCGM_FI_DEV_GPU_RECOVERY_ACTION",
 }
 
 // String returns the field's DCGM name, or DCGM_FI_<number> for a field this
@@ -57,6 +64,10 @@ var nvlinkTotals = []Field{
 	FieldNVLinkReplayErrorTotal,
 	FieldNVLinkRecoveryErrorTotal,
 }
+
+// gpuFields are the per-GPU fields the source watches and reads each poll:
+// the NVLink totals and the GPU recovery action.
+var gpuFields = append(append([]Field(nil), nvlinkTotals...), FieldGPURecoveryAction)
 
 // imexFields are the global IMEX status fields.
 var imexFields = []Field{FieldIMEXDomainStatus, FieldIMEXDaemonStatus}
@@ -95,11 +106,16 @@ var perLinkFields = func() map[Field]laneField {
 	return m
 }()
 
-// IMEX domain states (DCGM_FI_IMEX_DOMAIN_STATUS).
+// IMEX domain states (DCGM_FI_IMEX_DOMAIN_STATUS). DCGM writes the last
+// three itself: nvidia-imex-ctl is not installed, IMEX is not configured, or
+// the command failed, timed out or printed a status DCGM does not know.
 const (
-	imexDomainUp       = "UP"
-	imexDomainDown     = "DOWN"
-	imexDomainDegraded = "DEGRADED"
+	imexDomainUp            = "UP"
+	imexDomainDown          = "DOWN"
+	imexDomainDegraded      = "DEGRADED"
+	imexDomainNotInstalled  = "NOT_INSTALLED"
+	imexDomainNotConfigured = "NOT_CONFIGURED"
+	imexDomainUnavailable   = "UNAVAILABLE"
 )
 
 // imexDaemonReady is the READY value of DCGM_FI_IMEX_DAEMON_STATUS.
@@ -107,12 +123,43 @@ const imexDaemonReady = 5
 
 // imexDaemonStates names the values of DCGM_FI_IMEX_DAEMON_STATUS for messages.
 var imexDaemonStates = map[int64]string{
-	0: "INITIALIZING",
-	1: "STARTING_AUTH_SERVER",
-	2: "WAITING_FOR_PEERS",
-	3: "WAITING_FOR_RECOVERY",
-	4: "INIT_GPU",
-	5: "READY",
-	6: "SHUTTING_DOWN",
-	7: "UNAVAILABLE",
+	0:  "INITIALIZING",
+	1:  "STARTING_AUTH_SERVER",
+	2:  "WAITING_FOR_PEERS",
+	3:  "WAITING_FOR_RECOVERY",
+	4:  "INIT_GPU",
+	5:  "READY",
+	6:  "SHUTTING_DOWN",
+	7:  "UNAVAILABLE",
+	-1: "NOT_INSTALLED",
+	-2: "NOT_CONFIGURED",
+	-3: "COMMAND_ERROR",
+}
+
+// recoveryAction is a value of DCGM_FI_DEV_GPU_RECOVERY_ACTION (NVML's
+// nvmlDeviceGpuRecoveryAction_t).
+type recoveryAction int64
+
+// The GPU recovery actions.
+const (
+	// recoveryNone: the GPU needs nothing.
+	recoveryNone recoveryAction = 0
+	// recoveryReset: the GPU needs a reset.
+	recoveryReset recoveryAction = 1
+	// recoveryReboot: the node needs a reboot.
+	recoveryReboot recoveryAction = 2
+	// recoveryDrainP2P: peer-to-peer traffic must be quiesced; no reset.
+	recoveryDrainP2P recoveryAction = 3
+	// recoveryDrainAndReset: the GPU runs at reduced capacity; drain it and
+	// reset it.
+	recoveryDrainAndReset recoveryAction = 4
+)
+
+// recoveryActionNames names the recovery actions for messages.
+var recoveryActionNames = map[recoveryAction]string{
+	recoveryNone:          "NONE",
+	recoveryReset:         "GPU_RESET",
+	recoveryReboot:        "NODE_REBOOT",
+	recoveryDrainP2P:      "DRAIN_P2P",
+	recoveryDrainAndReset: "DRAIN_AND_RESET",
 }

@@ -20,11 +20,6 @@ import (
 // initDCGM).
 const libraryName = "libdcgm.so.4"
 
-// healthSystems are the health watches the source enables: NVLink, fatal
-// NVSwitch errors and IMEX. DCGM releases before the IMEX system bit monitor
-// IMEX under the NVLink watch, so Connect retries without it.
-const healthSystems = godcgm.DCGM_HEALTH_WATCH_NVLINK | godcgm.DCGM_HEALTH_WATCH_NVSWITCH_FATAL | godcgm.DCGM_HEALTH_WATCH_IMEX
-
 // violationBuffer is the buffer of the channel PolicyViolations returns.
 // go-dcgm's own channel holds only one violation per condition and drops
 // the rest while its listener is busy, so the forwarding goroutine hands
@@ -51,8 +46,8 @@ var _ Client = (*goDCGM)(nil)
 // Connect is the default NewClientFunc: it starts DCGM embedded or connects
 // to nv-hostengine with go-dcgm, then creates a group of all supported GPUs
 // and NVSwitches, watches the configured fields on it and enables the
-// NVLink, NVSwitch-fatal and IMEX health watches. Without libdcgm.so.4 it
-// returns an error wrapping monitors.ErrUnavailable.
+// configured health watches. Without libdcgm.so.4 it returns an error
+// wrapping monitors.ErrUnavailable.
 func Connect(_ context.Context, cfg ClientConfig) (Client, error) {
 	var (
 		cleanup func()
@@ -128,9 +123,13 @@ func (c *goDCGM) setup(cfg ClientConfig) error {
 		}
 	}
 
-	if err := godcgm.HealthSet(c.group, healthSystems); err != nil {
-		if err := godcgm.HealthSet(c.group, healthSystems&^godcgm.DCGM_HEALTH_WATCH_IMEX); err != nil {
-			return fmt.Errorf("enabling DCGM health watches: %w", err)
+	// DCGM releases before the IMEX system bit monitor IMEX under the
+	// NVLink watch and may refuse the bit, so retry without it.
+	if systems := godcgm.HealthSystem(cfg.HealthSystems); systems != 0 {
+		if err := godcgm.HealthSet(c.group, systems); err != nil {
+			if err := godcgm.HealthSet(c.group, systems&^godcgm.DCGM_HEALTH_WATCH_IMEX); err != nil {
+				return fmt.Errorf("enabling DCGM health watches: %w", err)
+			}
 		}
 	}
 
@@ -267,6 +266,8 @@ func (c *goDCGM) HealthCheck() ([]Incident, error) {
 			Code:    HealthCode(in.Error.Code),
 			Message: in.Error.Message,
 			Entity:  entityFromGoDCGM(in.EntityInfo),
+			System:  HealthSystem(in.System),
+			Health:  HealthResult(in.Health),
 		})
 	}
 	return out, nil

@@ -68,8 +68,9 @@ func DefaultNVLinkThresholds() map[Field]float64 {
 
 // Source is the DCGM source (name "dcgm"). It listens for DCGM's XID and
 // NVLink policy violations, and every PollInterval reads the GPUs' NVLink
-// error totals, the IMEX status fields and the NVLink, NVSwitch and IMEX
-// health watches. See mapping.go for what each signal becomes.
+// error totals and recovery actions, the IMEX status fields and the health
+// watches in DefaultHealthSystems (memory, PCIe, InfoROM, thermal, power,
+// NVLink, NVSwitch, IMEX). See mapping.go for what each signal becomes.
 //
 // The zero value works: embedded DCGM with the defaults below. Run does not
 // change the fields.
@@ -171,8 +172,9 @@ func (s *Source) settings() (settings, error) {
 	st.client = ClientConfig{
 		Mode:           s.Mode,
 		UpdateInterval: st.poll,
-		GPUFields:      nvlinkTotals,
+		GPUFields:      gpuFields,
 		GlobalFields:   imexFields,
+		HealthSystems:  DefaultHealthSystems,
 	}
 	switch s.Mode {
 	case "", ModeEmbedded:
@@ -252,6 +254,7 @@ func newRun(st settings, client Client, report monitors.Reporter, log logr.Logge
 		log:        log,
 		conditions: newConditions(st.repeat),
 		windows:    map[windowKey]*counterWindow{},
+		recovery:   map[uint]recoveryAction{},
 		dropped:    client.DroppedViolations(),
 	}, nil
 }
@@ -300,6 +303,9 @@ type run struct {
 	log        logr.Logger
 	conditions *conditions
 	windows    map[windowKey]*counterWindow
+	// recovery is each GPU's GPU recovery action at the last poll that read
+	// it.
+	recovery map[uint]recoveryAction
 	// dropped is the client's drop count at the last poll.
 	dropped uint64
 	// failedPolls counts polls in a row in which every call failed.
@@ -318,11 +324,33 @@ func (r *run) violation(v Violation) {
 		r.log.V(1).Info("Ignoring a DCGM policy violation of a kind the source does not report", "kind", v.Kind, "gpu", v.GPU)
 		return
 	}
+	if v.Kind == ViolationXID && v.XID == xidRecoveryAction {
+		r.xidRecoveryAction(v.GPU, &f)
+	}
 	r.log.V(4).Info("DCGM policy violation", "finding", f.String())
 	if f.Time.IsZero() {
 		f.Time = r.clock.Now()
 	}
 	r.report(f)
+}
+
+// xidRecoveryAction is the XID the driver logs when a GPU's recovery action
+// changes.
+const xidRecoveryAction = 154
+
+// xidRecoveryAction judges an XID 154 violation by the GPU's recovery action,
+// read now: DCGM's violation carries no driver message, from which the XID
+// catalog would read the action. When the field does not ask for a reset or
+// a reboot (or cannot be read, or DCGM has not refreshed it yet), the
+// finding is left to the catalog.
+func (r *run) xidRecoveryAction(gpu uint, f *monitors.Finding) {
+	values, err := r.client.GPUValues(gpu, []Field{FieldGPURecoveryAction})
+	if err != nil || len(values) == 0 || !values[0].Valid {
+		return
+	}
+	a := recoveryAction(values[0].Int)
+	r.recovery[gpu] = a
+	applyRecovery(f, a)
 }
 
 // pollOnce reads the counters, IMEX fields, health watches and drop count
@@ -339,7 +367,7 @@ func (r *run) pollOnce() error {
 	}
 	now := r.clock.Now()
 	for _, g := range r.gpus {
-		count(r.pollNVLink(g.ID, now), "nvlink", "gpu", g.ID)
+		count(r.pollGPU(g.ID, now), "gpu", "gpu", g.ID)
 	}
 	count(r.pollIMEX(now), "imex")
 	count(r.pollHealth(now), "health")
@@ -356,13 +384,22 @@ func (r *run) pollOnce() error {
 	return nil
 }
 
-// pollNVLink judges one GPU's NVLink error totals as rates.
-func (r *run) pollNVLink(gpu uint, now time.Time) error {
-	values, err := r.client.GPUValues(gpu, nvlinkTotals)
+// pollGPU reads one GPU's fields: it records the recovery action and judges
+// the NVLink error totals as rates.
+func (r *run) pollGPU(gpu uint, now time.Time) error {
+	values, err := r.client.GPUValues(gpu, gpuFields)
 	if err != nil {
 		return err
 	}
 	for _, v := range values {
+		if v.Field == FieldGPURecoveryAction {
+			if v.Valid {
+				r.recovery[gpu] = recoveryAction(v.Int)
+			} else {
+				delete(r.recovery, gpu)
+			}
+			continue
+		}
 		limit, judged := r.thresholds[v.Field]
 		if !judged || !v.Valid {
 			continue
@@ -405,8 +442,9 @@ func (r *run) pollNVLink(gpu uint, now time.Time) error {
 }
 
 // pollIMEX judges the IMEX domain and daemon status fields. A field without
-// a value (no IMEX on this node, or a DCGM too old to know the fields)
-// changes nothing.
+// a value (a DCGM too old to know the fields) changes nothing. A status that
+// says IMEX does not apply here (not installed, not configured, or DCGM
+// could not run nvidia-imex-ctl) is never a finding and resolves one.
 func (r *run) pollIMEX(now time.Time) error {
 	values, err := r.client.GlobalValues(imexFields)
 	if err != nil {
@@ -444,6 +482,10 @@ func (r *run) pollIMEX(now time.Time) error {
 			case imexDomainDegraded:
 				r.conditions.release(down.Key(), cleared, now, r.report)
 				r.conditions.hold(scopeIMEX, degraded, now, r.report)
+			case imexDomainNotInstalled, imexDomainNotConfigured, imexDomainUnavailable:
+				cleared += ": IMEX does not apply"
+				r.conditions.release(down.Key(), cleared, now, r.report)
+				r.conditions.release(degraded.Key(), cleared, now, r.report)
 			default:
 				r.log.V(1).Info("Ignoring an unknown IMEX domain status", "status", v.String)
 			}
@@ -458,6 +500,10 @@ func (r *run) pollIMEX(now time.Time) error {
 				r.conditions.release(f.Key(), "IMEX daemon status is READY", now, r.report)
 				continue
 			}
+			if v.Int < 0 {
+				r.conditions.release(f.Key(), fmt.Sprintf("IMEX daemon status is %s (%d): IMEX does not apply", state, v.Int), now, r.report)
+				continue
+			}
 			r.conditions.hold(scopeIMEX, f, now, r.report)
 		}
 	}
@@ -466,29 +512,65 @@ func (r *run) pollIMEX(now time.Time) error {
 
 // pollHealth maps the health check's incidents. An incident the previous
 // check reported and this one does not is resolved; a failed check
-// resolves nothing.
+// resolves nothing. Incidents on one key coalesce: the most severe one
+// stands, and it repeats unless every one of them comes from DCGM's XID
+// history (see fromXIDHistory).
 func (r *run) pollHealth(now time.Time) error {
 	incidents, err := r.client.HealthCheck()
 	if err != nil {
 		return err
 	}
-	seen := map[monitors.Key]bool{}
+	type held struct {
+		finding monitors.Finding
+		once    bool
+	}
+	var order []monitors.Key
+	seen := map[monitors.Key]*held{}
 	for _, in := range incidents {
 		f, ok := incidentToFinding(in, r.ids)
 		if !ok {
 			if in.Code != HealthXIDError {
-				r.log.V(1).Info("Ignoring a DCGM health incident the source does not map", "code", uint(in.Code), "message", in.Message)
+				r.log.V(1).Info("Ignoring a DCGM health incident the source does not report", "code", uint(in.Code), "message", in.Message)
 			}
 			continue
 		}
-		if seen[f.Key()] {
-			continue // two incidents on one component: the first one's message stands
+		if gpu, ok := incidentGPU(in); ok {
+			if a, ok := r.recovery[gpu]; ok {
+				applyRecovery(&f, a)
+			}
 		}
-		seen[f.Key()] = true
-		r.conditions.hold(scopeHealth, f, now, r.report)
+		once := fromXIDHistory(in)
+		h, ok := seen[f.Key()]
+		if !ok {
+			seen[f.Key()] = &held{finding: f, once: once}
+			order = append(order, f.Key())
+			continue
+		}
+		h.once = h.once && once
+		if severityRank[f.Severity] > severityRank[h.finding.Severity] {
+			h.finding = f
+		}
 	}
-	r.conditions.sweep(scopeHealth, seen, "DCGM health check no longer reports it", now, r.report)
+	keys := make(map[monitors.Key]bool, len(seen))
+	for _, k := range order {
+		h := seen[k]
+		keys[k] = true
+		if h.once {
+			r.conditions.holdOnce(scopeHealth, h.finding, now, r.report)
+			continue
+		}
+		r.conditions.hold(scopeHealth, h.finding, now, r.report)
+	}
+	r.conditions.sweep(scopeHealth, keys, "DCGM health check no longer reports it", now, r.report)
 	return nil
+}
+
+// severityRank orders severities, so that the worst of coalescing incidents
+// stands.
+var severityRank = map[gpuhealthv1alpha1.Severity]int{
+	gpuhealthv1alpha1.SeverityInfo:     1,
+	gpuhealthv1alpha1.SeverityDegraded: 2,
+	gpuhealthv1alpha1.SeverityFatal:    3,
 }
 
 // pollDropped logs and counts policy violations go-dcgm dropped since the

@@ -235,6 +235,48 @@ func TestIMEX(t *testing.T) {
 			},
 		},
 		{
+			name: "a daemon status below 0 (-1 not installed, -2 not configured, -3 command error) is never a finding",
+			steps: []step{
+				{daemon: -1},
+				{daemon: -2},
+				{daemon: -3},
+				{daemon: -1},
+			},
+		},
+		{
+			name: "a NOT_READY daemon resolves when IMEX turns out not installed",
+			steps: []step{
+				{daemon: 2, want: []monitors.Finding{notReady}},
+				{daemon: -1, want: []monitors.Finding{resolved(notReady)}},
+				{daemon: 2, want: []monitors.Finding{notReady}},
+			},
+		},
+		{
+			name: "a NOT_READY daemon resolves when IMEX turns out not configured",
+			steps: []step{
+				{daemon: 7, want: []monitors.Finding{notReady}},
+				{daemon: -2, want: []monitors.Finding{resolved(notReady)}},
+			},
+		},
+		{
+			name: "a NOT_READY daemon resolves when DCGM cannot run nvidia-imex-ctl",
+			steps: []step{
+				{daemon: 0, want: []monitors.Finding{notReady}},
+				{daemon: -3, want: []monitors.Finding{resolved(notReady)}},
+			},
+		},
+		{
+			name: "a domain status DCGM writes when IMEX does not apply is never a finding and resolves one",
+			steps: []step{
+				{domain: "NOT_INSTALLED"},
+				{domain: "DOWN", want: []monitors.Finding{down}},
+				{domain: "NOT_CONFIGURED", want: []monitors.Finding{resolved(down)}},
+				{domain: "DEGRADED", want: []monitors.Finding{degraded}},
+				{domain: "UNAVAILABLE", want: []monitors.Finding{resolved(degraded)}},
+				{domain: "NOT_INSTALLED"},
+			},
+		},
+		{
 			name: "an unknown domain status changes nothing",
 			steps: []step{
 				{domain: "DOWN", want: []monitors.Finding{down}},
@@ -320,7 +362,7 @@ func TestHealthIncidents(t *testing.T) {
 		},
 		{
 			name:     "an unmapped code is ignored",
-			incident: Incident{Code: 13, Entity: Entity{Kind: EntityGPU, ID: 0}},
+			incident: Incident{Code: 10, Message: "Detected clocks event due to thermal violation in GPU 0.", Entity: Entity{Kind: EntityGPU, ID: 0}},
 		},
 	}
 	for _, tt := range tests {
@@ -529,8 +571,9 @@ func TestRun(t *testing.T) {
 			Mode:           ModeStandalone,
 			Address:        "nv-hostengine.gpu-operator:5555",
 			UpdateInterval: DefaultPollInterval,
-			GPUFields:      nvlinkTotals,
+			GPUFields:      wantGPUFields,
 			GlobalFields:   imexFields,
+			HealthSystems:  wantHealthSystems,
 		}))
 	})
 
@@ -583,6 +626,17 @@ func TestRun(t *testing.T) {
 		g.Expect(client.config).To(BeZero())
 	})
 }
+
+// wantGPUFields are the per-GPU fields the source watches, by DCGM's ids
+// (dcgm_fields.h): the NVLink CRC flit, CRC data, replay and recovery error
+// totals, and DCGM_FI_DEV_GPU_RECOVERY_ACTION.
+var wantGPUFields = []Field{409, 419, 429, 439, 1523}
+
+// wantHealthSystems are the health watches the source enables, by DCGM's
+// bits (dcgmHealthSystems_t in dcgm_structs.h): PCIe 0x1, NVLink 0x2, memory
+// 0x10, InfoROM 0x40, thermal 0x80, power 0x100, NVSwitch non-fatal 0x400,
+// NVSwitch fatal 0x800 and IMEX 0x2000.
+const wantHealthSystems HealthSystem = 0x1 | 0x2 | 0x10 | 0x40 | 0x80 | 0x100 | 0x400 | 0x800 | 0x2000
 
 func TestSettings(t *testing.T) {
 	tests := []struct {
@@ -647,7 +701,8 @@ func TestSettings(t *testing.T) {
 			}
 			g.Expect(err).NotTo(HaveOccurred())
 			want := tt.wantClient
-			want.UpdateInterval, want.GPUFields, want.GlobalFields = DefaultPollInterval, nvlinkTotals, imexFields
+			want.UpdateInterval, want.GPUFields, want.GlobalFields = DefaultPollInterval, wantGPUFields, imexFields
+			want.HealthSystems = wantHealthSystems
 			g.Expect(st.client).To(Equal(want))
 			g.Expect(st.window).To(Equal(DefaultWindow))
 			g.Expect(st.repeat).To(Equal(DefaultRepeatInterval))
