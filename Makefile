@@ -24,7 +24,7 @@ GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 RBAC_PATHS := $(strip $(foreach d,controllers remediation cmd/gpuhealth-operator,$(if $(wildcard $(d)),paths=./$(d)/...)))
 
 # Generated files that verify-generated checks.
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go api/xid/zz_generated.catalog.go config/crd config/rbac docs/monitors.md
 # Module files that verify-generated checks after go mod tidy.
 MODFILES := go.mod go.sum
 
@@ -58,9 +58,11 @@ fakenvml: ## Build the fake NVML library (libnvidia-ml.so.1, driven by a scenari
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC from the Go markers.
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC from the Go markers, the XID catalog from NVIDIA's tables, and its docs.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd
+	go generate ./api/xid
+	go run ./hack/xiddocs -docs docs/monitors.md
 	@if [ -n "$(RBAC_PATHS)" ]; then set -x; $(CONTROLLER_GEN) rbac:roleName=gpuhealth-operator $(RBAC_PATHS) output:rbac:artifacts:config=config/rbac; fi
 
 .PHONY: verify-generated

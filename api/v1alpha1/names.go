@@ -36,3 +36,11 @@ func EventName(nodeName string, source Source, check Check, componentID, code st
 func (s *NodeHealthEventSpec) EventName() string {
 	return EventName(s.NodeName, s.Source, s.Check, s.Component.ID, s.Code)
 }
+
+// VerdictEventName is EventName with the finding's severity and recommended
+// action in the identity: the name for findings whose verdict differs from
+// one occurrence to the next (an XID judged from its line), so that an
+// occurrence judged Fatal is never counted into an object that says Info.
+func (s *NodeHealthEventSpec) VerdictEventName() string {
+	return EventName(s.NodeName, s.Source, s.Check, s.Component.ID, s.Code+"\x00"+string(s.Severity)+"\x00"+string(s.RecommendedAction))
+}

@@ -2,280 +2,323 @@ package xid
 
 import (
 	"fmt"
-	"sort"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
 
-// Version names this revision of the catalog; events record it so that one can
-// tell which table classified them.
-const Version = "xid-catalog/2026-11"
+// MappingVersion is the revision of gpuhealth's mapping from NVIDIA's buckets
+// to severities and actions (the tables in this file). Raise it whenever a
+// verdict changes.
+const MappingVersion = "2"
 
-// Entry is what the catalog says about one XID.
+// MaxCode is the largest XID number gpuhealth accepts: five digits, room for
+// codes far past the catalog's (which ends in the 170s) that a future driver
+// may print.
+const MaxCode = 99999
+
+// Version names the catalog that classified a finding: NVIDIA's catalog
+// revision plus gpuhealth's mapping version. Events record it.
+const Version = "xid-" + CatalogRevision + "+map." + MappingVersion
+
+// Generations says which GPU generations NVIDIA lists an XID for.
+type Generations struct {
+	A100, H100, B100, GB200 bool
+}
+
+// CatalogRow is one row of NVIDIA's sheet "Xids".
+type CatalogRow struct {
+	// Code is the XID number.
+	Code int
+	// Mnemonic is the driver's name for it, for example
+	// ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS.
+	Mnemonic string
+	// Description is NVIDIA's description ("Unused" for retired codes).
+	Description string
+	// AppliesTo lists the generations the code is supported on.
+	AppliesTo Generations
+	// Immediate is the resolution bucket for getting back into service.
+	Immediate string
+	// Investigatory is the resolution bucket for finding the cause.
+	Investigatory string
+	// XID154Linkage says whether the XID also raises XID 154.
+	XID154Linkage string
+}
+
+// DecodeRow is one row of NVIDIA's sheet "Xid 144-150 Decode".
+type DecodeRow struct {
+	// XID is the NVLink5 XID, 144 to 150.
+	XID int
+	// Subcode is the unit mnemonic the line prints; "A/B" when drivers
+	// before R575 print A and later ones B.
+	Subcode string
+	// V1IntrInfo and V2IntrInfo are the IntrInfo bit patterns, most
+	// significant bit first, "-" for bits that do not matter, for drivers
+	// before R575 (V1) and from R575 on (V2).
+	V1IntrInfo, V2IntrInfo string
+	// ErrorStatus is the error status register value, "" for any value,
+	// or "a/b" for either.
+	ErrorStatus string
+	// Immediate is the data-center recovery action.
+	Immediate string
+	// V1Action2IntrInfo and V2Action2IntrInfo are patterns that, when they
+	// match, make Action2 the recovery action instead.
+	V1Action2IntrInfo, V2Action2IntrInfo string
+	// Action2 is the recovery action for the Action2 patterns.
+	Action2 string
+	// Investigatory is the bucket for finding the cause.
+	Investigatory string
+	// Severity is NVIDIA's severity: Fatal, Link Fatal, Non-fatal.
+	Severity string
+	// Origin says whether the cause is hardware, software or firmware.
+	Origin string
+}
+
+// Entry is gpuhealth's verdict on one XID occurrence.
 type Entry struct {
 	// XID is the XID number.
 	XID int
-	// Bucket is the catalog's resolution bucket, for example "RESTART_BM".
-	// It is "NO_BUCKET" for XIDs the catalog revision lists without a bucket
-	// and "UNKNOWN" for XIDs that are not in the catalog.
-	Bucket string
-	// Severity is how bad the XID is by default.
-	Severity gpuhealthv1alpha1.Severity
-	// Action is the recommended action by default.
-	Action gpuhealthv1alpha1.Action
 	// Known is false when the XID is not in the catalog.
 	Known bool
-	// Description is a few words about the XID, or the bucket's meaning when
-	// the catalog has no words for it.
+	// Mnemonic and Description are NVIDIA's words for the XID.
+	Mnemonic    string
 	Description string
+	// Bucket is the resolution bucket that decided: the catalog's immediate
+	// bucket, or the decode row's for an NVLink5 XID; "UNKNOWN" for an XID
+	// the catalog does not know.
+	Bucket string
+	// Investigatory is the catalog's investigatory bucket.
+	Investigatory string
+	// AppliesTo lists the generations NVIDIA lists the XID for.
+	AppliesTo Generations
+	// Severity and Action are the verdict.
+	Severity gpuhealthv1alpha1.Severity
+	Action   gpuhealthv1alpha1.Action
+	// Reason says in a sentence why this verdict.
+	Reason string
 }
 
-// Bucket names that the code refers to by name.
-const (
-	bucketUnknown  = "UNKNOWN"
-	bucketXID154   = "XID_154"
-	bucketNVLink5  = "WORKFLOW_NVLINK5_ERR"
-	bucketNoBucket = "NO_BUCKET"
-)
+// Summary is the entry in a few words for messages: NVIDIA's description,
+// or its mnemonic where the description is "Unused".
+func (e Entry) Summary() string {
+	if e.Description == "" || strings.EqualFold(e.Description, "Unused") {
+		if e.Mnemonic != "" {
+			return e.Mnemonic
+		}
+	}
+	return e.Description
+}
 
-// row is one bucket row of the catalog: every XID in it shares the bucket,
-// the default severity and action, and the bucket's meaning.
-type row struct {
-	bucket   string
+// verdict is a severity and action with the reason for them.
+type verdict struct {
 	severity gpuhealthv1alpha1.Severity
 	action   gpuhealthv1alpha1.Action
-	meaning  string
-	xids     []int
+	reason   string
 }
 
-// span returns the XIDs from first to last, both included.
-func span(first, last int) []int {
-	out := make([]int, 0, last-first+1)
-	for x := first; x <= last; x++ {
-		out = append(out, x)
+const (
+	fatal    = gpuhealthv1alpha1.SeverityFatal
+	degraded = gpuhealthv1alpha1.SeverityDegraded
+	info     = gpuhealthv1alpha1.SeverityInfo
+
+	none           = gpuhealthv1alpha1.ActionNone
+	resetGPU       = gpuhealthv1alpha1.ActionResetGPU
+	rebootNode     = gpuhealthv1alpha1.ActionRebootNode
+	recertify      = gpuhealthv1alpha1.ActionRecertify
+	contactSupport = gpuhealthv1alpha1.ActionContactSupport
+)
+
+// Bucket names the code refers to.
+const (
+	bucketUnknown   = "UNKNOWN"
+	bucketXID45     = "WORKFLOW_XID_45"
+	bucketXID48     = "WORKFLOW_XID_48"
+	bucketNVLink5   = "WORKFLOW_NVLINK5_ERR"
+	bucketXID154    = "XID_154"
+	bucketCheckUVM  = "CHECK_UVM"
+	bucket154Eval   = "XID_154_EVAL"
+	bucketResetGPU  = "RESET_GPU"
+	bucketIgnore    = "IGNORE"
+	bucketNoBucket  = "NO_BUCKET"
+	bucketRestartBM = "RESTART_BM"
+)
+
+// buckets maps NVIDIA's immediate resolution buckets (and the decode sheet's
+// recovery actions) to a verdict. gpuhealth always drains a node before a
+// reset, so NVIDIA's RESET_GPU and DRAIN_AND_RESET are both ResetGPU.
+var buckets = map[string]verdict{
+	bucketResetGPU:      {fatal, resetGPU, "NVIDIA's recovery action is a GPU reset (RESET_GPU)"},
+	bucketXID48:         {fatal, resetGPU, "an uncorrectable ECC error: NVIDIA's workflow is a GPU reset, with XID 63 or 64 a drain and reset (WORKFLOW_XID_48)"},
+	bucketRestartBM:     {fatal, rebootNode, "NVIDIA's recovery action is a bare-metal restart (RESTART_BM)"},
+	"RESTART_VM":        {fatal, rebootNode, "NVIDIA's recovery action is a restart of the VM, which on bare metal is the node (RESTART_VM)"},
+	"CONTACT_SUPPORT":   {fatal, contactSupport, "NVIDIA says to contact support (CONTACT_SUPPORT)"},
+	"CHECK_MECHANICALS": {fatal, contactSupport, "NVIDIA says to check seating and connections, which needs a person (CHECK_MECHANICALS)"},
+	"UPDATE_SWFW":       {fatal, contactSupport, "NVIDIA says to update software and firmware, which needs a person (UPDATE_SWFW)"},
+	"WORKFLOW_NVLINK_ERR": {fatal, resetGPU,
+		"an NVLink error: NVIDIA says a GPU reset or node reboot is needed to clear it (WORKFLOW_NVLINK_ERR)"},
+	"RESTART_APP":  {info, none, "an application fault: NVIDIA's action is to restart the application, not the GPU (RESTART_APP)"},
+	bucketIgnore:   {info, none, "NVIDIA says no action is required (IGNORE)"},
+	bucket154Eval:  {info, none, "the XID 154 reported with it carries the recovery action; without one NVIDIA's action is to restart the application (XID_154_EVAL)"},
+	bucketNoBucket: {fatal, contactSupport, "the catalog gives no resolution bucket, so a person decides"},
+}
+
+// noBucket holds gpuhealth's verdict for the XIDs the catalog lists without
+// a resolution bucket, read from NVIDIA's description and trigger conditions.
+var noBucket = map[int]verdict{
+	162: {info, none, "power smoothing capability re-engaged: good news, nothing to do"},
+	163: {degraded, none, "power smoothing disengaged: NVIDIA says no GPU reset is required; it stays off until the thermal events are resolved"},
+	164: {degraded, none, "power smoothing hardware near the end of its lifetime: NVIDIA says to monitor power swings and plan replacement"},
+	165: {degraded, none, "power smoothing hardware lifetime exhausted: NVIDIA says to replace the GPU only if power swings are not acceptable"},
+	166: {fatal, contactSupport, "confidential-computing traffic before the link was set up for encryption: no recovery action in the catalog"},
+	167: {fatal, contactSupport, "PCIe fatal timeout: no recovery action in the catalog"},
+	168: {fatal, rebootNode, "errors in the write-protected region: NVIDIA says to enable ECC or boot again with a shifted WPR"},
+	169: {fatal, resetGPU, "internal micro-controller (SEC2) halt: treated like XID 62, the PMU halt, which NVIDIA resets"},
+	170: {fatal, contactSupport, "interrupt seen in confidential-computing mode: no recovery action in the catalog"},
+	171: {fatal, resetGPU, "uncorrectable DRAM error, the detail of an XID 48: NVIDIA's XID 48 guidance for frame buffer errors is a reset, after which row remapping (XID 63/64) takes effect"},
+	172: {fatal, contactSupport, "uncorrectable SRAM error, the detail of an XID 48: NVIDIA says to check the SRAM error threshold and run field diagnostics, past what a reset fixes"},
+}
+
+// rows is the catalog by XID.
+var rows = func() map[int]CatalogRow {
+	m := make(map[int]CatalogRow, len(catalogRows))
+	for _, r := range catalogRows {
+		m[r.Code] = r
 	}
-	return out
+	return m
+}()
+
+// Lookup returns the verdict on one XID from the catalog alone: Classify
+// with no other XIDs seen on the GPU.
+func Lookup(code int, message string) Entry {
+	return Classify(code, message, nil)
 }
 
-// list joins single XIDs and spans into one list.
-func list(parts ...[]int) []int {
-	var out []int
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
-}
-
-// one is a single XID as a list, for use with list.
-func one(x int) []int { return []int{x} }
-
-// rows is the catalog, row by row, as NVIDIA's published XID catalog
-// ("Resolution Bucket (Immediate Action)") is read into our actions.
-var rows = []row{
-	{
-		bucket: "RESET_GPU", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionResetGPU,
-		meaning: "the catalog says to reset the GPU",
-		xids:    []int{46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158},
-	},
-	{
-		bucket: "WORKFLOW_XID_48", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionResetGPU,
-		meaning: "double-bit ECC error; the catalog says to reset the GPU",
-		xids:    []int{48},
-	},
-	{
-		bucket: "RESTART_BM", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionRebootNode,
-		meaning: "the catalog says to restart the bare-metal node",
-		xids:    []int{79},
-	},
-	{
-		bucket: "RESTART_VM", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionRebootNode,
-		meaning: "key rotation error; the catalog says to restart the virtual machine",
-		xids:    []int{151},
-	},
-	{
-		bucket: "CONTACT_SUPPORT", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
-		meaning: "the catalog says to contact support",
-		xids: list(
-			span(1, 7), one(9), one(10), one(12), span(15, 24), span(26, 30), span(33, 36),
-			one(42), one(47), span(49, 53), span(55, 59), one(61), one(65), one(73), one(81),
-			one(87), one(90), one(91), span(111, 118), span(122, 125), one(138), one(142),
-		),
-	},
-	{
-		bucket: "WORKFLOW_XID_45", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
-		meaning: "preemptive cleanup after earlier errors",
-		xids:    []int{45},
-	},
-	{
-		bucket: "CHECK_MECHANICALS", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
-		meaning: "the catalog says to check the mechanicals (power, cabling, seating)",
-		xids:    []int{54},
-	},
-	{
-		bucket: "WORKFLOW_NVLINK_ERR", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
-		meaning: "NVLink error; decoding its registers would refine the action",
-		xids:    []int{74},
-	},
-	{
-		bucket: "UPDATE_SWFW", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
-		meaning: "the catalog says to update the software or firmware",
-		xids:    []int{78},
-	},
-	{
-		// The catalog decodes each NVLink5 message to choose between Fatal and
-		// Degraded. That register decode is not implemented here, so every
-		// XID in this row takes the catalog's no-match outcome: Degraded, and
-		// recertify so the links are checked and counted.
-		bucket: bucketNVLink5, severity: gpuhealthv1alpha1.SeverityDegraded, action: gpuhealthv1alpha1.ActionRecertify,
-		meaning: "NVLink5 error; the message is not decoded, so it is treated as degraded",
-		xids:    span(144, 150),
-	},
-	{
-		// Lookup decides 154 from its message; this is the outcome when the
-		// message names no recovery action that the catalog knows.
-		bucket: bucketXID154, severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
-		meaning: "GPU recovery action changed",
-		xids:    []int{154},
-	},
-	{
-		bucket: "CHECK_UVM", severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
-		meaning: "the catalog says to check the unified memory (UVM) driver",
-		xids:    []int{159},
-	},
-	{
-		bucket: bucketNoBucket, severity: gpuhealthv1alpha1.SeverityFatal, action: gpuhealthv1alpha1.ActionContactSupport,
-		meaning: "listed without a bucket in this catalog revision; treated as contact support",
-		xids:    span(162, 172),
-	},
-	{
-		bucket: "RESTART_APP", severity: gpuhealthv1alpha1.SeverityInfo, action: gpuhealthv1alpha1.ActionNone,
-		meaning: "application-level fault; the catalog says to restart the application",
-		xids: list(
-			one(8), one(11), one(13), one(25), one(31), one(32), span(39, 41), one(60),
-			span(68, 72), span(75, 77), one(80), span(82, 86), one(88), one(89), one(94),
-			span(96, 105), span(126, 135), one(139),
-		),
-	},
-	{
-		bucket: "IGNORE", severity: gpuhealthv1alpha1.SeverityInfo, action: gpuhealthv1alpha1.ActionNone,
-		meaning: "the catalog says no action is needed",
-		xids: list(
-			one(14), one(37), one(38), one(43), one(44), one(63), one(66), one(67), one(92),
-			one(93), span(106, 108), one(121), one(137), one(141), one(152), one(153),
-			one(157), one(160), one(161),
-		),
-	},
-}
-
-// names holds short words for the XIDs whose meaning is well known; the
-// others are described by their bucket's meaning.
-var names = map[int]string{
-	1:   "invalid or corrupted push buffer stream",
-	2:   "invalid or corrupted push buffer stream",
-	3:   "invalid or corrupted push buffer stream",
-	6:   "invalid or corrupted push buffer stream",
-	7:   "invalid or corrupted push buffer address",
-	8:   "GPU stopped processing",
-	9:   "driver error programming GPU",
-	12:  "driver error handling GPU exception",
-	13:  "graphics engine exception",
-	31:  "GPU memory page fault",
-	43:  "GPU stopped processing",
-	45:  "preemptive cleanup after earlier errors; many operators ignore it because it follows a killed process, and policy rules can override it",
-	48:  "double-bit ECC error",
-	54:  "auxiliary power is not connected to the GPU board",
-	63:  "ECC page retirement or row remapping recording event",
-	64:  "ECC page retirement or row remapping recording failure",
-	74:  "NVLink error; decoding its registers would refine the action",
-	79:  "GPU has fallen off the bus",
-	92:  "high single-bit ECC error rate",
-	94:  "contained ECC error",
-	95:  "uncontained ECC error",
-	110: "security fault error",
-	151: "key rotation error",
-	154: "GPU recovery action changed; the action is read from the message, and is contact support when the message names none that the catalog knows",
-}
-
-// table is the catalog by XID, built once from rows and names.
-var table = buildTable()
-
-// buildTable turns rows into a map by XID. A duplicate XID is a mistake in
-// rows, so it stops the program at start-up; a test guards against it.
-func buildTable() map[int]Entry {
-	t := make(map[int]Entry)
-	for _, r := range rows {
-		for _, x := range r.xids {
-			if prev, ok := t[x]; ok {
-				panic(fmt.Sprintf("xid catalog: XID %d is in both bucket %s and bucket %s", x, prev.Bucket, r.bucket))
-			}
-			desc := r.meaning
-			if n, ok := names[x]; ok {
-				desc = n
-			}
-			t[x] = Entry{
-				XID:         x,
-				Bucket:      r.bucket,
-				Severity:    r.severity,
-				Action:      r.action,
-				Known:       true,
-				Description: desc,
-			}
-		}
-	}
-	return t
-}
-
-// Lookup returns what the catalog says about an XID. The message is the text
-// of the kernel log line or event; only XID 154 uses it, to read the recovery
-// action the driver asks for. An XID that is not in the catalog (or is zero or
-// negative) is reported with Known false, severity Fatal and action
-// ContactSupport.
-func Lookup(xid int, message string) Entry {
-	e, ok := table[xid]
-	if !ok || xid <= 0 {
+// Classify returns the verdict on one XID occurrence. message is the text of
+// the driver's line after the XID number (empty when the source has none,
+// as with NVML events); recent are the other XIDs reported on the same GPU
+// shortly before it, which NVIDIA's workflows for XID 45 and 48 consult.
+// An XID the catalog does not know is Fatal with ContactSupport.
+func Classify(code int, message string, recent []int) Entry {
+	r, ok := rows[code]
+	if !ok || code <= 0 {
 		return Entry{
-			XID:         xid,
-			Bucket:      bucketUnknown,
-			Severity:    gpuhealthv1alpha1.SeverityFatal,
-			Action:      gpuhealthv1alpha1.ActionContactSupport,
-			Known:       false,
-			Description: fmt.Sprintf("unknown XID %d: it is not in catalog %s, so contact support", xid, Version),
+			XID: code, Bucket: bucketUnknown, Severity: fatal, Action: contactSupport,
+			Description: fmt.Sprintf("unknown XID %d", code),
+			Reason:      fmt.Sprintf("XID %d is not in NVIDIA's catalog (%s), so a person decides", code, Version),
 		}
 	}
-	if ReadsMessage(xid) {
-		return decode154(e, message)
+	e := Entry{
+		XID: code, Known: true, Mnemonic: r.Mnemonic, Description: r.Description,
+		Bucket: r.Immediate, Investigatory: r.Investigatory, AppliesTo: r.AppliesTo,
 	}
+	if e.Bucket == "" {
+		e.Bucket = bucketNoBucket
+	}
+	var v verdict
+	switch e.Bucket {
+	case bucketXID45:
+		v = xid45(message, recent)
+	case bucketNVLink5:
+		v, e.Bucket = decodeNVLink5(code, message)
+	case bucketXID154:
+		v = xid154(message)
+	case bucketCheckUVM:
+		v = checkUVM(recent)
+	case bucketXID48:
+		v = buckets[bucketXID48]
+		if slices.Contains(recent, 63) || slices.Contains(recent, 64) {
+			v.reason = "an uncorrectable ECC error with XID 63/64: NVIDIA's workflow is a drain and reset (WORKFLOW_XID_48)"
+		}
+	case bucketNoBucket:
+		var ok bool
+		if v, ok = noBucket[code]; !ok {
+			v = buckets[bucketNoBucket]
+		}
+	default:
+		var ok bool
+		if v, ok = buckets[e.Bucket]; !ok {
+			v = verdict{fatal, contactSupport, fmt.Sprintf("bucket %s has no mapping in gpuhealth, so a person decides", e.Bucket)}
+		}
+	}
+	e.Severity, e.Action, e.Reason = v.severity, v.action, v.reason
 	return e
 }
 
-// ReadsMessage says whether what an XID means depends on the driver's
-// message (XID 154's recovery action), which only the kernel log carries.
-func ReadsMessage(xid int) bool { return xid == 154 }
+// ReadsMessage says whether what an XID means depends on the driver's line
+// (the NVLink5 registers of 144 to 150, the recovery action of 154), which
+// only the kernel log carries.
+func ReadsMessage(code int) bool { return code == 154 || code >= 144 && code <= 150 }
 
-// decode154 sets the severity and action of an XID 154 entry from the
-// recovery action in the message's last parenthesised text, for example
-// "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)".
-func decode154(e Entry, message string) Entry {
-	switch strings.ToLower(lastParenthesised(message)) {
-	case "gpu reset required", "drain and reset":
-		e.Severity, e.Action = gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionResetGPU
-		e.Description = "GPU recovery action changed; the driver asks for a GPU reset"
-	case "node reboot required":
-		e.Severity, e.Action = gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRebootNode
-		e.Description = "GPU recovery action changed; the driver asks for a node reboot"
-	case "none":
-		e.Severity, e.Action = gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone
-		e.Description = "GPU recovery action changed; the driver asks for nothing"
-	default:
-		// Keep the table's outcome: Fatal and contact support.
+// JudgedPerOccurrence says whether the verdict on an XID can differ from one
+// occurrence to the next: it is read from the line (ReadsMessage) or from the
+// XIDs reported with it (45, 159; XID 48 is a reset either way).
+func JudgedPerOccurrence(code int) bool {
+	return ReadsMessage(code) || code == 45 || code == 159
+}
+
+// EventName is the name of the NodeHealthEvent that records a finding: the
+// spec's EventName, with the verdict in the identity for an XID judged per
+// occurrence, so that each verdict is its own event.
+func EventName(s *gpuhealthv1alpha1.NodeHealthEventSpec) string {
+	if s.Check == gpuhealthv1alpha1.CheckXID {
+		if n, err := strconv.Atoi(s.Code); err == nil && JudgedPerOccurrence(n) {
+			return s.VerdictEventName()
+		}
 	}
-	return e
+	return s.EventName()
+}
+
+// causedBy matches the text newer drivers append to XID 45.
+var causedBy = regexp.MustCompile(`(?i)caused by previous xid (\d+)`)
+
+// xid45 is NVIDIA's WORKFLOW_XID_45: "Solo: RESTART_FM; not solo: IGNORE
+// (follow the other XID)".
+func xid45(message string, recent []int) verdict {
+	if m := causedBy.FindStringSubmatch(message); m != nil {
+		return verdict{info, none, fmt.Sprintf("cleanup after XID %s, which decides (WORKFLOW_XID_45, not solo)", m[1])}
+	}
+	for _, c := range recent {
+		if c != 45 {
+			return verdict{info, none, fmt.Sprintf("cleanup after XID %d on the same GPU, which decides (WORKFLOW_XID_45, not solo)", c)}
+		}
+	}
+	return verdict{fatal, resetGPU, "a solo XID 45: NVIDIA says to restart Fabric Manager (WORKFLOW_XID_45); gpuhealth drains the node and resets the GPU, which re-registers it with Fabric Manager, and recertification proves it"}
+}
+
+// checkUVM is NVIDIA's CHECK_UVM: "if UVM/vGPU is used, RESET_GPU;
+// otherwise IGNORE", and the investigatory SYMPATHETIC_REPORT_SOLO.
+func checkUVM(recent []int) verdict {
+	if len(recent) > 0 {
+		return verdict{info, none, fmt.Sprintf("a sympathetic report of XID %d on the same GPU, which decides (CHECK_UVM)", recent[len(recent)-1])}
+	}
+	return verdict{degraded, recertify, "a solo CHI non-data error: NVIDIA resets when unified memory is in use (CHECK_UVM); gpuhealth cannot tell, so recertification checks the GPU when the policy acts on it"}
+}
+
+// xid154 reads the recovery action from the last parenthesised text, for
+// example "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset
+// Required)". NVIDIA lists the values None, Drain P2P, Drain and Reset, GPU
+// Reset Required and Node Reboot Required.
+func xid154(message string) verdict {
+	switch strings.ToLower(lastParenthesised(message)) {
+	case "gpu reset required":
+		return verdict{fatal, resetGPU, "the driver's recovery action is a GPU reset (XID 154)"}
+	case "drain and reset":
+		return verdict{fatal, resetGPU, "the driver's recovery action is drain and reset; gpuhealth drains before every reset (XID 154)"}
+	case "node reboot required":
+		return verdict{fatal, rebootNode, "the driver's recovery action is a node reboot (XID 154)"}
+	case "drain p2p":
+		return verdict{fatal, recertify, "the driver's recovery action is to drain peer-to-peer work: gpuhealth drains the node and recertification proves the links before it returns (XID 154)"}
+	case "none":
+		return verdict{info, none, "the driver's recovery action is none (XID 154)"}
+	}
+	return verdict{fatal, contactSupport, "the line names no recovery action NVIDIA lists for XID 154, so a person decides"}
 }
 
 // lastParenthesised returns the trimmed text inside the last balanced pair
-// of parentheses in s, or "" when s has none. Text after the last closing
-// parenthesis is ignored; nested parentheses stay part of the text.
+// of parentheses in s, or "" when s has none.
 func lastParenthesised(s string) string {
 	end := strings.LastIndexByte(s, ')')
 	if end < 0 {
@@ -296,13 +339,18 @@ func lastParenthesised(s string) string {
 	return ""
 }
 
-// Entries returns every XID in the catalog, sorted by XID. XID 154 appears
-// with the outcome for a message that names no known recovery action.
+// Entries returns the verdict on every XID of the catalog from the catalog
+// alone (no line, no other XIDs), in catalog order.
 func Entries() []Entry {
-	out := make([]Entry, 0, len(table))
-	for _, e := range table {
-		out = append(out, e)
+	out := make([]Entry, 0, len(catalogRows))
+	for _, r := range catalogRows {
+		out = append(out, Lookup(r.Code, ""))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].XID < out[j].XID })
 	return out
 }
+
+// Rows returns NVIDIA's catalog rows, in sheet order.
+func Rows() []CatalogRow { return slices.Clone(catalogRows) }
+
+// DecodeRows returns NVIDIA's NVLink5 decode rows, in sheet order.
+func DecodeRows() []DecodeRow { return slices.Clone(decodeRows) }

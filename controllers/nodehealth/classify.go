@@ -49,7 +49,10 @@ func matches(m gpuhealthv1alpha1.RuleMatch, s *gpuhealthv1alpha1.NodeHealthEvent
 
 // defaultJudgement is the built-in table: XIDs by the XID catalog, other
 // findings by their own severity (Fatal quarantines, Degraded is observed,
-// Info is ignored) and recommended action.
+// Info is ignored) and recommended action. An XID whose verdict depends on
+// the occurrence (the driver's whole line, the XIDs that came with it; see
+// xid.JudgedPerOccurrence) keeps the severity and action the monitor wrote,
+// since only the monitor saw those.
 func defaultJudgement(s *gpuhealthv1alpha1.NodeHealthEventSpec) (gpuhealthv1alpha1.Verdict, gpuhealthv1alpha1.Action, string, string) {
 	severity, action, catalog := s.Severity, s.RecommendedAction, ""
 	why := fmt.Sprintf("%s finding", severity)
@@ -59,8 +62,13 @@ func defaultJudgement(s *gpuhealthv1alpha1.NodeHealthEventSpec) (gpuhealthv1alph
 			n = -1
 		}
 		e := xid.Lookup(n, s.Message)
-		severity, action, catalog = e.Severity, e.Action, xid.Version
-		why = fmt.Sprintf("XID %s is %s in the XID catalog (%s: %s)", s.Code, e.Severity, e.Bucket, e.Description)
+		catalog = xid.Version
+		if xid.JudgedPerOccurrence(n) {
+			why = fmt.Sprintf("XID %s (%s, catalog bucket %s) was judged %s by the monitor from its line and the XIDs beside it", s.Code, e.Summary(), e.Bucket, severity)
+		} else {
+			severity, action = e.Severity, e.Action
+			why = fmt.Sprintf("XID %s is %s in the XID catalog (%s: %s)", s.Code, e.Severity, e.Bucket, e.Summary())
+		}
 	}
 	switch severity {
 	case gpuhealthv1alpha1.SeverityFatal:

@@ -67,8 +67,9 @@ func newXIDDedup(clk clock.PassiveClock) *xidDedup {
 
 // isXID says whether f is an XID occurrence on a GPU named by its UUID
 // that both sources describe alike. An XID whose meaning is in the
-// driver's message (154: the recovery action) keeps both copies: only the
-// kernel log's can say it.
+// driver's message (144–150: the NVLink5 registers; 154: the recovery
+// action) keeps both copies: only the kernel log's can say it, and NVML's
+// copy is marked Info (deferToKernelLog).
 func isXID(f monitors.Finding) bool {
 	if f.Check != gpuhealthv1alpha1.CheckXID || f.Resolved ||
 		f.Component.Kind != gpuhealthv1alpha1.ComponentGPU || !strings.HasPrefix(f.Component.ID, "GPU-") {
@@ -113,6 +114,27 @@ func (s xidTap) Run(ctx context.Context, report monitors.Reporter) error {
 			xidDuplicates.Inc()
 			return
 		}
+		if name == string(gpuhealthv1alpha1.SourceNVML) {
+			deferToKernelLog(&f)
+		}
 		report(f)
 	})
+}
+
+// deferToKernelLog marks NVML's copy of an XID judged from the driver's line
+// (the NVLink5 registers of 144–150, XID 154's recovery action) as Info:
+// NVML's event carries only the number, and with the kmsg source running the
+// kernel log's copy, which carries the line, decides. Without the kmsg
+// source NVML's copy is judged on its own (api/xid says what an XID without
+// its line means).
+func deferToKernelLog(f *monitors.Finding) {
+	if f.Check != gpuhealthv1alpha1.CheckXID || f.Resolved || f.Severity != "" {
+		return
+	}
+	code, err := strconv.Atoi(f.Code)
+	if err != nil || !xid.ReadsMessage(code) {
+		return
+	}
+	f.Severity, f.Action = gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone
+	f.Message = strings.TrimSpace(f.Message + " (NVML's copy: the kernel log's copy of this XID carries the driver's line and decides)")
 }

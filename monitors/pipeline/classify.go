@@ -33,27 +33,33 @@ var checkDefaults = map[gpuhealthv1alpha1.Check]struct {
 const maxMessage = 1024
 
 // classify fills a finding's severity and action where the source left them
-// empty: XIDs from the versioned catalog in api/xid, other checks from
-// checkDefaults. It also applies the catalog's rule that a GPU reset needs
-// the GPU's identity: a ResetGPU finding without a component id asks for a
-// node reboot instead.
-func classify(f *monitors.Finding) {
+// empty: XIDs from the versioned catalog in api/xid (recent are the other
+// XIDs reported on the same GPU moments before, which NVIDIA's workflows for
+// XID 45, 48 and 159 consult), other checks from checkDefaults. It also
+// applies the catalog's rule that a GPU reset needs the GPU's identity: a
+// ResetGPU finding without a component id asks for a node reboot instead.
+func classify(f *monitors.Finding, recent []int) {
 	if f.Check == gpuhealthv1alpha1.CheckXID && (f.Severity == "" || f.Action == "") {
 		n, err := strconv.Atoi(f.Code)
 		if err != nil {
-			n = 0 // Lookup treats it as unknown: Fatal, ContactSupport
+			n = 0 // Classify treats it as unknown: Fatal, ContactSupport
 		}
-		e := xid.Lookup(n, f.Message)
+		e := xid.Classify(n, f.Message, recent)
 		if f.Severity == "" {
 			f.Severity = e.Severity
 		}
 		if f.Action == "" {
 			f.Action = e.Action
 		}
-		if f.Message == "" {
-			f.Message = fmt.Sprintf("XID %d: %s", n, e.Description)
-		} else if !e.Known {
+		switch {
+		case f.Message == "":
+			f.Message = fmt.Sprintf("XID %d: %s; %s", n, e.Summary(), e.Reason)
+		case !e.Known:
 			f.Message = e.Description + ": " + f.Message
+		case xid.ReadsMessage(n) || n == 45 || n == 159:
+			// The verdict came from the line or from the XIDs before it:
+			// say which, so that the event explains itself.
+			f.Message += " [" + e.Reason + "]"
 		}
 	}
 	if d, ok := checkDefaults[f.Check]; ok {
@@ -89,8 +95,8 @@ func normalize(f *monitors.Finding) error {
 		f.Component.Kind = gpuhealthv1alpha1.ComponentNode
 	}
 	if f.Check == gpuhealthv1alpha1.CheckXID {
-		if n, err := strconv.Atoi(f.Code); err != nil || n < 0 || n > 999 {
-			return fmt.Errorf("finding %s: an XID code must be a number from 0 to 999", f.String())
+		if n, err := strconv.Atoi(f.Code); err != nil || n < 0 || n > xid.MaxCode {
+			return fmt.Errorf("finding %s: an XID code must be a number from 0 to %d", f.String(), xid.MaxCode)
 		}
 	}
 	if f.Component.Kind == gpuhealthv1alpha1.ComponentGPU && f.Component.ID == "" {

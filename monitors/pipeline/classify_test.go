@@ -52,7 +52,7 @@ func TestClassify(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			f := tt.in
-			classify(&f)
+			classify(&f, nil)
 			g.Expect(f.Severity).To(Equal(tt.wantSeverity))
 			g.Expect(f.Action).To(Equal(tt.wantAction))
 			g.Expect(f.Message).To(ContainSubstring(tt.wantMessage))
@@ -65,7 +65,7 @@ func TestClassifyAgreesWithTheCatalog(t *testing.T) {
 	gpu := gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "GPU-1"}
 	for _, e := range xid.Entries() {
 		f := monitors.Finding{Check: gpuhealthv1alpha1.CheckXID, Code: strconv.Itoa(e.XID), Component: gpu}
-		classify(&f)
+		classify(&f, nil)
 		g.Expect(f.Severity).To(Equal(e.Severity), "XID %d", e.XID)
 		g.Expect(f.Action).To(Equal(e.Action), "XID %d", e.XID)
 	}
@@ -80,8 +80,8 @@ func TestNormalize(t *testing.T) {
 	}{
 		{name: "a finding without a code is refused", in: monitors.Finding{Source: "nvml", Check: "XID"}, wantErr: "no code"},
 		{name: "a finding without a source is refused", in: monitors.Finding{Check: "XID", Code: "79"}, wantErr: "no source"},
-		{name: "an XID code must be a number", in: monitors.Finding{Source: "kmsg", Check: "XID", Code: "7x9", Component: gpuhealthv1alpha1.Component{Kind: "GPU", ID: "GPU-1"}}, wantErr: "number from 0 to 999"},
-		{name: "an XID code above 999 is refused", in: monitors.Finding{Source: "kmsg", Check: "XID", Code: "1000", Component: gpuhealthv1alpha1.Component{Kind: "GPU", ID: "GPU-1"}}, wantErr: "number from 0 to 999"},
+		{name: "an XID code must be a number", in: monitors.Finding{Source: "kmsg", Check: "XID", Code: "7x9", Component: gpuhealthv1alpha1.Component{Kind: "GPU", ID: "GPU-1"}}, wantErr: "number from 0 to 99999"},
+		{name: "an XID code above 99999 is refused", in: monitors.Finding{Source: "kmsg", Check: "XID", Code: "100000", Component: gpuhealthv1alpha1.Component{Kind: "GPU", ID: "GPU-1"}}, wantErr: "number from 0 to 99999"},
 		{name: "a GPU component needs an id", in: monitors.Finding{Source: "nvml", Check: "GPULost", Code: "GPU_IS_LOST", Component: gpuhealthv1alpha1.Component{Kind: "GPU"}}, wantErr: "UUID or PCI bus id"},
 		{name: "a missing component kind means the node", in: monitors.Finding{Source: "imex", Check: "IMEXDomain", Code: "DOWN"}, check: func(g Gomega, f monitors.Finding) {
 			g.Expect(f.Component.Kind).To(Equal(gpuhealthv1alpha1.ComponentNode))

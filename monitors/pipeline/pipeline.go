@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/api/xid"
 	"github.com/gpuhealth/gpuhealth/monitors"
 	"github.com/gpuhealth/gpuhealth/monitors/spool"
 )
@@ -68,6 +70,9 @@ type Pipeline struct {
 	entries  map[string]*entry
 	debounce debouncer
 	wake     chan struct{}
+	// recent remembers the XIDs of the last moments per GPU, for the
+	// catalog's workflows that depend on other XIDs (45, 48, 159).
+	recent recentXIDs
 }
 
 // entry is one NodeHealthEvent's state in the pipeline.
@@ -122,6 +127,7 @@ func New(opts Options) (*Pipeline, error) {
 		entries:  map[string]*entry{},
 		debounce: debouncer{rules: opts.Debounce, held: map[string][]time.Time{}},
 		wake:     make(chan struct{}, 1),
+		recent:   recentXIDs{byGPU: map[string][]seenXID{}},
 	}
 	now := opts.Clock.Now()
 	for _, r := range opts.Replay {
@@ -149,14 +155,14 @@ func (p *Pipeline) Report(f monitors.Finding) {
 		p.opts.Log.Error(err, "Dropping invalid finding")
 		return
 	}
-	classify(&f)
+	classify(&f, p.recent.observe(&f, now))
 	findingsTotal.WithLabelValues(string(f.Source), string(f.Check), string(f.Severity)).Inc()
 
 	spec := gpuhealthv1alpha1.NodeHealthEventSpec{
 		NodeName: p.opts.NodeName, Source: f.Source, Check: f.Check, Component: f.Component,
 		Code: f.Code, Severity: f.Severity, RecommendedAction: f.Action, Message: f.Message,
 	}
-	name := spec.EventName()
+	name := xid.EventName(&spec)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -206,17 +212,18 @@ func (p *Pipeline) Report(f monitors.Finding) {
 	e.touched = now
 	if e.urgent {
 		// A new finding or a change of state goes to disk before Report
-		// returns; repeats are spooled by the publisher, once per window.
-		p.persistLocked(name, e)
+		// returns; repeats are spooled by the publisher, once per window,
+		// or by Sync.
+		_ = p.persistLocked(name, e) // logged; kept in memory and retried
 	}
 	p.signal()
 }
 
-// persistLocked writes e to the spool if it changed since the last write.
-// The caller holds p.mu.
-func (p *Pipeline) persistLocked(name string, e *entry) {
+// persistLocked writes e to the spool if it changed since the last write,
+// and returns the spool's error. The caller holds p.mu.
+func (p *Pipeline) persistLocked(name string, e *entry) error {
 	if e.persistedGen == e.gen {
-		return
+		return nil
 	}
 	dropped, err := p.opts.Spool.Put(&e.rec)
 	for _, d := range dropped {
@@ -238,6 +245,29 @@ func (p *Pipeline) persistLocked(name string, e *entry) {
 		e.persistedGen = e.gen
 	}
 	spoolRecords.Set(float64(p.opts.Spool.Len()))
+	return err
+}
+
+// Sync writes every entry that changed since it was last spooled, so that
+// all occurrences reported so far survive a crash. A source that keeps a
+// read position (the kmsg cursor) calls it before saving that position.
+// It returns the first error; entries that could not be written stay
+// dirty and are tried again by the next Sync or publish.
+func (p *Pipeline) Sync() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var first error
+	for name, e := range p.entries {
+		if e.persistedGen == e.gen || !e.dirty() {
+			continue
+		}
+		// A full spool keeps the finding in memory by design (it holds
+		// Fatal findings first); that is no reason to stop the caller.
+		if err := p.persistLocked(name, e); err != nil && !errors.Is(err, spool.ErrFull) && first == nil {
+			first = fmt.Errorf("spooling %s: %w", name, err)
+		}
+	}
+	return first
 }
 
 func (p *Pipeline) signal() {
@@ -366,7 +396,7 @@ func (p *Pipeline) publish(ctx context.Context, name string) {
 		p.mu.Unlock()
 		return
 	}
-	p.persistLocked(name, e)
+	_ = p.persistLocked(name, e) // logged; the write below goes ahead
 	rec, stateGen, since := e.rec, e.stateGen, e.pendingSince
 	p.mu.Unlock()
 

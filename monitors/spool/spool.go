@@ -13,12 +13,13 @@ import (
 	"time"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/api/xid"
 )
 
 // Record is one finding's unacknowledged state: what the pipeline still has
 // to write to the apiserver for one NodeHealthEvent.
 type Record struct {
-	// Spec is the event's spec; its EventName() is the record's name.
+	// Spec is the event's spec; xid.EventName of it is the record's name.
 	Spec gpuhealthv1alpha1.NodeHealthEventSpec `json:"spec"`
 	// Base is the event's status.count on the apiserver when the pipeline
 	// last read or wrote it; -1 means not known yet (the object may not
@@ -39,7 +40,7 @@ type Record struct {
 }
 
 // Name is the record's file name: the event's deterministic name.
-func (r *Record) Name() string { return r.Spec.EventName() }
+func (r *Record) Name() string { return xid.EventName(&r.Spec) }
 
 // rank orders severities for eviction: lower is dropped first.
 func rank(s gpuhealthv1alpha1.Severity) int {
