@@ -17,12 +17,20 @@ type Component struct {
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9][A-Za-z0-9._:/-]*$')",message="component id may contain only letters, digits and . _ : / - (for example GPU-8f6c2b1e-…/link-3)"
 	ID string `json:"id,omitempty"`
+
+	// instance is the MIG instance on the GPU the finding names, as the
+	// driver prints it: "GPU-I:01" or "GPU-I:01 GPU-CI:02". The component
+	// stays the GPU: a fault on one instance is the GPU's.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^GPU-I:[0-9]{1,3}( GPU-CI:[0-9]{1,3})?$')",message="instance must be \"GPU-I:<n>\" or \"GPU-I:<n> GPU-CI:<n>\""
+	Instance string `json:"instance,omitempty"`
 }
 
 // NodeHealthEventSpec is the finding itself. It is immutable once created: a
 // repeat of the same finding updates the status, a different finding is a
 // different object.
-// +kubebuilder:validation:XValidation:rule="self.check != 'XID' || self.code.matches('^[0-9]{1,3}$')",message="code of an XID finding must be the XID number (1 to 3 digits, for example \"79\")"
+// +kubebuilder:validation:XValidation:rule="self.check != 'XID' || self.code.matches('^[0-9]{1,5}$')",message="code of an XID finding must be the XID number (1 to 5 digits, for example \"79\")"
 // +kubebuilder:validation:XValidation:rule="self.check != 'SXID' || self.code.matches('^[0-9]{1,5}$')",message="code of an SXID finding must be the SXid number (for example \"20034\")"
 // +kubebuilder:validation:XValidation:rule="self.component.kind != 'GPU' || (has(self.component.id) && size(self.component.id) > 0)",message="component.id is required when component.kind is GPU (use the GPU UUID)"
 // +kubebuilder:validation:XValidation:rule="self.component.kind != 'NVLink' || (has(self.component.id) && self.component.id.matches('/link-[0-9]+$'))",message="component.id of an NVLink component must end in /link-<n> (for example GPU-8f6c…/link-3)"
@@ -229,6 +237,7 @@ type OccurrenceSample struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Component",type=string,JSONPath=`.spec.component.id`,priority=1
+// +kubebuilder:printcolumn:name="Instance",type=string,JSONPath=`.spec.component.instance`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.spec.message`,priority=1
 type NodeHealthEvent struct {
 	metav1.TypeMeta `json:",inline"`

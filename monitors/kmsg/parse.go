@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuhealth/gpuhealth/api/xid"
 )
 
 // Kind says what a parsed kernel log record is about.
@@ -21,13 +23,20 @@ const (
 	// KindSXID is an NVSwitch SXid headline
 	// ("nvidia-nvswitch3: SXid (PCI:…): 20034, Fatal, …").
 	KindSXID Kind = "SXID"
+	// KindGPULost is the driver's text for a GPU that fell off the bus,
+	// printed without an XID ("NVRM: GPU 0000:b3:00.0: GPU has fallen off
+	// the bus." or "NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5)
+	// installed in this system has fallen off the bus and is not
+	// responding to commands.").
+	KindGPULost Kind = "GPULost"
 )
 
 // Limits on the numbers a well-formed line carries. The XID catalog ends in
-// the 170s and NVIDIA documents XIDs with at most three digits; SXids have
-// five (for example 20034), so anything longer is a line we misread.
+// the 170s; a number up to five digits is an XID a newer driver may print
+// (reported as an unknown XID). SXids have five digits (for example 20034).
+// Anything longer is a line we misread.
 const (
-	maxXID  = 999
+	maxXID  = xid.MaxCode
 	maxSXID = 99999
 )
 
@@ -52,16 +61,28 @@ type Entry struct {
 	PCIBusID string
 	// Code is the XID or SXid number.
 	Code int
+	// GPUInstance and ComputeInstance are the MIG GPU instance ("GPU-I:01")
+	// and compute instance ("GPU-CI:02") an XID line names, or -1.
+	GPUInstance, ComputeInstance int
+	// Flag is an SXid's severity token as printed: "Fatal", "Non-fatal",
+	// "Correctable", or "" for a headline without one (such as "SOE HALTED").
+	Flag string
 	// Fatal is true for an SXid the driver marked "Fatal"; always false for
 	// XIDs, whose severity the pipeline looks up in api/xid.
 	Fatal bool
 	// Link is the NVSwitch port an SXid names ("Link 30 …"), or -1 when the
 	// line names none. Always -1 for XIDs.
 	Link int
-	// Text is everything after the code (after the fatal flag for an SXid),
-	// for example "pid=1234, name=python, GPU has fallen off the bus.".
-	// XID 154's recovery action is decoded from it.
+	// Text is everything after the code (after the flag for an SXid), for
+	// example "pid=1234, name=python, GPU has fallen off the bus.", or the
+	// driver's whole message for KindGPULost. XID 154's recovery action and
+	// the NVLink5 registers are decoded from it.
 	Text string
+}
+
+// empty returns an entry that is not ours, with the record's prefix fields.
+func empty(seq uint64, ts time.Duration) Entry {
+	return Entry{Seq: seq, Timestamp: ts, Link: -1, GPUInstance: -1, ComputeInstance: -1}
 }
 
 // Parse reads one /dev/kmsg record: "<priority>,<seq>,<timestamp_us>,<flags>[,…];<message>".
@@ -69,23 +90,29 @@ type Entry struct {
 // start with a space, such as " SUBSYSTEM=pci") are ignored, and a
 // continuation line on its own is not ours.
 //
-// A record whose message is neither an NVRM XID line nor an NVSwitch SXid
-// headline returns KindNone and a nil error. SXid detail lines (the
-// "Severity …" and "Data {…}" lines the driver prints after the headline)
-// repeat the headline's SXid and are not ours either. A record that cannot be
-// read returns an error wrapping ErrMalformed; the Seq and Timestamp of the
-// returned Entry are still set when its prefix was readable.
+// A record whose message is neither an NVRM XID line, the driver's GPU-lost
+// text nor an NVSwitch SXid headline returns KindNone and a nil error. SXid
+// detail lines (the "Severity …", "Data {…}" and "SOE HALT data[…]" lines the
+// driver prints after a headline) repeat the headline's SXid and are not
+// ours either. A record that cannot be read returns an error wrapping
+// ErrMalformed; the Seq and Timestamp of the returned Entry are still set
+// when its prefix was readable. The GPU-lost text that arrives split over
+// several records is joined by a Joiner before Parse.
 func Parse(record string) (Entry, error) {
 	line, _, _ := strings.Cut(record, "\n")
 	if strings.TrimSpace(line) == "" || line[0] == ' ' || line[0] == '\t' {
-		return Entry{Link: -1}, nil
+		return empty(0, 0), nil
 	}
 	h, msg, err := parseHeader(line)
 	if err != nil {
-		return Entry{Link: -1}, err
+		return empty(0, 0), err
 	}
-	e := Entry{Seq: h.seq, Timestamp: h.timestamp, Link: -1}
-	msg = strings.TrimRight(msg, "\r")
+	e := empty(h.seq, h.timestamp)
+	msg = unescape(strings.TrimRight(msg, "\r"))
+	if bus, text, ok := gpuLost(msg); ok {
+		e.Kind, e.PCIBusID, e.Text, e.Code = KindGPULost, bus, text, 79
+		return e, nil
+	}
 
 	// Whichever marker comes first decides, so that text quoted inside one
 	// kind of line cannot turn it into the other.
@@ -161,58 +188,142 @@ func parseHeader(line string) (header, string, error) {
 // conversion to a Duration cannot overflow: a century.
 const maxTimestamp = 100 * 365 * 24 * time.Hour
 
-// parseXID reads what follows "NVRM: Xid": " (PCI:0000:3b:00): 79, text".
+// parseXID reads what follows "NVRM: Xid": " (PCI:0000:3b:00): 79, text",
+// or with MIG attribution " (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, text"
+// (the driver's XID_PRINT_WITH_ATTR formats).
 func parseXID(e Entry, rest string) (Entry, error) {
-	bus, code, text, err := parseAddressAndCode(rest, maxXID)
+	a, code, text, err := parseAddressAndCode(rest, maxXID)
 	if err != nil {
 		return e, fmt.Errorf("%w: XID line: %w", ErrMalformed, err)
 	}
-	e.Kind, e.PCIBusID, e.Code, e.Text = KindXID, bus, code, text
+	e.Kind, e.PCIBusID, e.Code, e.Text = KindXID, a.bus, code, text
+	e.GPUInstance, e.ComputeInstance = a.gi, a.ci
 	return e, nil
 }
 
+// sxidFlags are the severity tokens the driver's SXid formats print first.
+var sxidFlags = []string{"Fatal", "Non-fatal", "Correctable"}
+
 // parseSXid reads what follows "SXid":
-// " (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up".
+// " (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up". The driver
+// prints a headline with a severity token (Fatal, Non-fatal, Correctable)
+// or without one (26006 "SOE HALTED"), and after a hardware error's headline
+// detail lines that repeat its code ("Severity 1 Engine instance 30
+// Sub-engine instance 00", "Data {0x…, …}", "SOE HALT data[0] = …"), which
+// are not ours.
 func parseSXid(e Entry, rest string) (Entry, error) {
-	bus, code, text, err := parseAddressAndCode(rest, maxSXID)
+	a, code, text, err := parseAddressAndCode(rest, maxSXID)
 	if err != nil {
 		return e, fmt.Errorf("%w: SXid line: %w", ErrMalformed, err)
 	}
-	flag, detail, _ := strings.Cut(text, ",")
-	var fatal bool
-	switch strings.ToLower(strings.TrimSpace(flag)) {
-	case "fatal":
-		fatal = true
-	case "non-fatal", "nonfatal", "non fatal":
-		fatal = false
-	default:
-		// A detail line for the SXid the headline reported.
-		return Entry{Seq: e.Seq, Timestamp: e.Timestamp, Link: -1}, nil
+	if a.gi >= 0 || a.ci >= 0 {
+		return e, fmt.Errorf("%w: SXid line: MIG attribution on an NVSwitch", ErrMalformed)
 	}
-	e.Kind, e.PCIBusID, e.Code, e.Fatal = KindSXID, bus, code, fatal
-	e.Text = strings.TrimSpace(detail)
+	if isSXidDetail(text) {
+		return empty(e.Seq, e.Timestamp), nil
+	}
+	e.Kind, e.PCIBusID, e.Code = KindSXID, a.bus, code
+	e.Text = text
+	for _, f := range sxidFlags {
+		if rest, ok := cutWord(text, f); ok {
+			e.Flag, e.Text = f, strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), ","))
+			break
+		}
+	}
+	if e.Flag == "" {
+		// "Nonfatal" and "non fatal" appear in hand-written logs.
+		for _, alias := range []string{"Nonfatal", "Non fatal"} {
+			if rest, ok := cutWord(text, alias); ok {
+				e.Flag, e.Text = "Non-fatal", strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), ","))
+			}
+		}
+	}
+	e.Fatal = e.Flag == "Fatal"
 	e.Link = linkOf(e.Text)
 	return e, nil
 }
 
+// cutWord returns s after word when s starts with it (any case) followed
+// by the end, a comma or a space.
+func cutWord(s, word string) (string, bool) {
+	if len(s) < len(word) || !strings.EqualFold(s[:len(word)], word) {
+		return "", false
+	}
+	rest := s[len(word):]
+	if rest != "" && rest[0] != ',' && rest[0] != ' ' {
+		return "", false
+	}
+	return rest, true
+}
+
+// isSXidDetail says whether an SXid line's text is one of the detail lines
+// the driver prints after a headline.
+func isSXidDetail(text string) bool {
+	switch {
+	case strings.HasPrefix(text, "Severity ") && strings.Contains(text, "Engine instance"):
+		return true
+	case strings.HasPrefix(text, "Data {"):
+		return true
+	case strings.HasPrefix(text, "SOE HALT data["):
+		return true
+	}
+	return false
+}
+
+// address is the parenthesised part of an XID or SXid line.
+type address struct {
+	bus    string
+	gi, ci int
+}
+
+// parseAddress reads "PCI:0000:3b:00[ GPU-I:01[ GPU-CI:02]]".
+func parseAddress(s string) (address, error) {
+	a := address{gi: -1, ci: -1}
+	fields := strings.Fields(s)
+	if len(fields) == 0 {
+		return a, errors.New("empty PCI address")
+	}
+	bus, err := NormalizePCIBusID(fields[0])
+	if err != nil {
+		return a, err
+	}
+	a.bus = bus
+	for _, f := range fields[1:] {
+		name, val, ok := strings.Cut(f, ":")
+		n, err := strconv.ParseUint(val, 10, 8)
+		switch {
+		case !ok || err != nil:
+			return a, fmt.Errorf("MIG attribute %q is not NAME:number", truncate(f))
+		case name == "GPU-I" && a.gi < 0 && a.ci < 0:
+			a.gi = int(n)
+		case name == "GPU-CI" && a.gi >= 0 && a.ci < 0:
+			a.ci = int(n)
+		default:
+			return a, fmt.Errorf("unexpected MIG attribute %q", truncate(f))
+		}
+	}
+	return a, nil
+}
+
 // parseAddressAndCode reads " (<address>): <code>[, <text>]" and returns the
-// canonical bus id, the code and the text.
-func parseAddressAndCode(rest string, maxCode int) (string, int, string, error) {
+// address, the code and the text.
+func parseAddressAndCode(rest string, maxCode int) (address, int, string, error) {
+	fail := func(err error) (address, int, string, error) { return address{gi: -1, ci: -1}, 0, "", err }
 	rest = strings.TrimLeft(rest, " ")
 	if !strings.HasPrefix(rest, "(") {
-		return "", 0, "", errors.New("no '(' before the PCI address")
+		return fail(errors.New("no '(' before the PCI address"))
 	}
 	addr, after, ok := strings.Cut(rest[1:], ")")
 	if !ok {
-		return "", 0, "", errors.New("no ')' after the PCI address")
+		return fail(errors.New("no ')' after the PCI address"))
 	}
-	bus, err := NormalizePCIBusID(addr)
+	a, err := parseAddress(addr)
 	if err != nil {
-		return "", 0, "", err
+		return fail(err)
 	}
 	after, ok = strings.CutPrefix(after, ":")
 	if !ok {
-		return "", 0, "", errors.New("no ':' after the PCI address")
+		return fail(errors.New("no ':' after the PCI address"))
 	}
 	after = strings.TrimLeft(after, " ")
 	n := 0
@@ -220,16 +331,16 @@ func parseAddressAndCode(rest string, maxCode int) (string, int, string, error) 
 		n++
 	}
 	if n == 0 {
-		return "", 0, "", fmt.Errorf("code %q is not a number", truncate(after))
+		return fail(fmt.Errorf("code %q is not a number", truncate(after)))
 	}
 	// More digits than the limit has cannot be in range; stop before Atoi
 	// so that a huge number is an out-of-range error, not an overflow.
 	if n > len(strconv.Itoa(maxCode)) {
-		return "", 0, "", fmt.Errorf("code %s is over %d", truncate(after[:n]), maxCode)
+		return fail(fmt.Errorf("code %s is over %d", truncate(after[:n]), maxCode))
 	}
 	code, _ := strconv.Atoi(after[:n])
 	if code > maxCode {
-		return "", 0, "", fmt.Errorf("code %d is over %d", code, maxCode)
+		return fail(fmt.Errorf("code %d is over %d", code, maxCode))
 	}
 	text := after[n:]
 	switch {
@@ -237,10 +348,13 @@ func parseAddressAndCode(rest string, maxCode int) (string, int, string, error) 
 		text = ""
 	case text[0] == ',':
 		text = strings.TrimSpace(text[1:])
+	case text[0] == ' ' && strings.Contains(strings.TrimSpace(text), "="):
+		// "79 Recommended Action=CONTACT_SUPPORT": text after a space.
+		text = strings.TrimSpace(text)
 	default:
-		return "", 0, "", fmt.Errorf("code %q is not a number", truncate(after))
+		return fail(fmt.Errorf("code %q is not a number", truncate(after)))
 	}
-	return bus, code, text, nil
+	return a, code, text, nil
 }
 
 // linkOf returns the port number in an SXid text that starts with

@@ -81,8 +81,9 @@ const (
 // while the machine is suspended and /proc/uptime does not; GPU servers do
 // not suspend.
 //
-// Cursor and replay: after the findings of a batch of records, Run saves the
-// last processed sequence number and the boot id to StateDir/kmsg.cursor. At
+// Cursor and replay: after the findings of a batch of records, Run makes
+// them durable (Sync) and then saves the last processed sequence number and
+// the boot id to StateDir/kmsg.cursor. At
 // start, when the saved boot id is the current one, records up to the saved
 // sequence number are skipped, so that a restart does not replay them. When
 // the boot id differs (the node rebooted) or there is no cursor, every
@@ -90,7 +91,9 @@ const (
 // log is new to us, and a fault logged while the agent was starting (or
 // while it was down) must not be lost. The pipeline coalesces a repeated
 // report into the same NodeHealthEvent. A crash between reporting a finding
-// and saving the cursor reports it again after the restart (at least once).
+// and saving the cursor reports it again after the restart; one counted and
+// spooled before the cursor moved is never reported twice, so the counts
+// after a crash are exact.
 type Source struct {
 	// Path is the file to read; empty means DefaultPath. A character device
 	// is read as /dev/kmsg, one record per read from the start of the ring
@@ -120,6 +123,12 @@ type Source struct {
 	FlushInterval time.Duration
 	// Clock gives the time of findings; nil means the real clock.
 	Clock clock.PassiveClock
+	// Sync, when set, makes the findings reported so far durable (the
+	// agent passes the pipeline's Sync, which spools their counts). It is
+	// called before every cursor write, and a failure keeps the cursor
+	// where it was: the cursor never covers a count that a crash could
+	// lose.
+	Sync func() error
 }
 
 // Name returns "kmsg".
@@ -202,7 +211,7 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 			flush()
 			return fmt.Errorf("reading %s: %w", path, err)
 		case rec := <-records:
-			r.process(rec)
+			r.feed(rec)
 			// A batch ends when the reader has nothing more queued. Save
 			// the cursor then, but not more often than flushEvery.
 			if len(records) > 0 || !r.needFlush || timerArmed {
@@ -217,6 +226,16 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 		case <-flushTimer.C:
 			timerArmed = false
 			flush()
+		}
+		// A GPU-lost text whose end never came is processed as it was.
+		if at, ok := r.joiner.Holding(); ok && time.Since(at) > joinWait {
+			for _, rec := range r.joiner.Flush() {
+				r.process(rec)
+			}
+			if !timerArmed {
+				flushTimer.Reset(flushEvery)
+				timerArmed = true
+			}
 		}
 	}
 }
@@ -251,6 +270,20 @@ type run struct {
 	// last saved. Records that are not ours do not ask for a write: to read
 	// them again after a crash is harmless.
 	needFlush bool
+	// joiner holds the first records of a split GPU-lost text; held records
+	// are not processed yet, so the cursor does not cover them.
+	joiner Joiner
+}
+
+// joinWait is how long the first line of a split GPU-lost text waits for the
+// rest; the driver prints the three lines in one call.
+const joinWait = 2 * time.Second
+
+// feed passes a record through the joiner and processes what comes out.
+func (r *run) feed(rec string) {
+	for _, out := range r.joiner.Feed(rec, time.Now()) {
+		r.process(out)
+	}
 }
 
 // start reads the boot id and the cursor and decides what to skip.
@@ -313,8 +346,11 @@ func (r *run) drain(records <-chan string) {
 	for {
 		select {
 		case rec := <-records:
-			r.process(rec)
+			r.feed(rec)
 		default:
+			for _, rec := range r.joiner.Flush() {
+				r.process(rec)
+			}
 			return
 		}
 	}
@@ -325,6 +361,14 @@ func (r *run) saveCursor() {
 	r.needFlush = false
 	if r.src.StateDir == "" || r.bootID == "" || !r.haveSeq || (r.haveSaved && r.savedSeq == r.lastSeq) {
 		return
+	}
+	if r.src.Sync != nil {
+		if err := r.src.Sync(); err != nil {
+			// The next save tries again; until then a restart replays.
+			r.needFlush = true
+			r.log.Error(err, "Making kernel log findings durable failed; keeping the kmsg cursor where it was")
+			return
+		}
 	}
 	if err := saveCursor(r.src.StateDir, cursor{BootID: r.bootID, Seq: r.lastSeq}); err != nil {
 		// The next save tries again; until then a restart replays a little.
@@ -343,25 +387,40 @@ func (r *run) finding(e Entry) monitors.Finding {
 		Time:    r.timeOf(e),
 	}
 	switch e.Kind {
-	case KindXID:
+	case KindXID, KindGPULost:
+		// The GPU-lost text is XID 79 without the number: it coalesces
+		// with the XID 79 line the driver usually prints beside it.
 		f.Check = gpuhealthv1alpha1.CheckXID
-		id := e.PCIBusID
-		if r.src.Resolver != nil {
-			if uuid, ok := r.src.Resolver(e.PCIBusID); ok && uuid != "" {
-				id = uuid
+		f.Component = gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: r.gpuID(e.PCIBusID)}
+		if e.GPUInstance >= 0 {
+			f.Component.Instance = fmt.Sprintf("GPU-I:%02d", e.GPUInstance)
+			if e.ComputeInstance >= 0 {
+				f.Component.Instance += fmt.Sprintf(" GPU-CI:%02d", e.ComputeInstance)
 			}
+			f.Message = "MIG " + f.Component.Instance + ": " + f.Message
 		}
-		f.Component = gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: id}
 	case KindSXID:
 		f.Check = gpuhealthv1alpha1.CheckSXID
 		f.Component = gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentNVSwitch, ID: e.PCIBusID}
-		if e.Fatal {
-			f.Severity, f.Action = gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRebootNode
-		} else {
-			f.Severity, f.Action = gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionNone
+		var why string
+		f.Severity, f.Action, why = judgeSXid(e)
+		flag := e.Flag
+		if flag == "" {
+			flag = "no severity flag"
 		}
+		f.Message = fmt.Sprintf("%s (%s; %s)", e.Text, flag, why)
 	}
 	return f
+}
+
+// gpuID names a GPU by its UUID when Resolver knows its bus id.
+func (r *run) gpuID(bus string) string {
+	if r.src.Resolver != nil {
+		if uuid, ok := r.src.Resolver(bus); ok && uuid != "" {
+			return uuid
+		}
+	}
+	return bus
 }
 
 // timeOf returns the wall-clock time of a record (see Source, Time).

@@ -168,19 +168,19 @@ func TestSourceReportsFindings(t *testing.T) {
 			}},
 		},
 		{
-			name:     "A fatal SXid reboots the node and a non-fatal one is only degraded.",
+			name:     "A fatal SXid reboots the node; a non-fatal one NVIDIA says stalls the port is recertified.",
 			existing: []string{lineSXid},
 			appended: []string{lineContinue, lineSXidOK},
 			want: []monitors.Finding{{
 				Source: gpuhealthv1alpha1.SourceKmsg, Check: gpuhealthv1alpha1.CheckSXID,
 				Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentNVSwitch, ID: "0000:05:00.0"},
 				Code:      "20034", Severity: gpuhealthv1alpha1.SeverityFatal, Action: gpuhealthv1alpha1.ActionRebootNode,
-				Message: "Link 30 LTSSM Fault Up",
+				Message: "Link 30 LTSSM Fault Up (Fatal; " + sxidFatal.why + ")",
 			}, {
 				Source: gpuhealthv1alpha1.SourceKmsg, Check: gpuhealthv1alpha1.CheckSXID,
 				Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentNVSwitch, ID: "0000:07:00.0"},
-				Code:      "12028", Severity: gpuhealthv1alpha1.SeverityDegraded, Action: gpuhealthv1alpha1.ActionNone,
-				Message: "Link 58 egress non-posted PRIV error (First)",
+				Code:      "12028", Severity: gpuhealthv1alpha1.SeverityDegraded, Action: gpuhealthv1alpha1.ActionRecertify,
+				Message: "Link 58 egress non-posted PRIV error (First) (Non-fatal; " + sxidStall.why + ")",
 			}},
 		},
 		{
