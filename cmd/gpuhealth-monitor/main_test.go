@@ -460,3 +460,82 @@ func get(url string) error {
 	_, err := fetch(url)
 	return err
 }
+
+// kill ends the monitor with SIGKILL: no cursor save, no spool flush.
+func (n *node) kill() {
+	n.t.Helper()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
+	_ = n.cmd.Process.Kill()
+	_ = n.cmd.Wait()
+	n.cmd = nil
+	_ = n.log.Close()
+}
+
+// kernelBurst appends count XID records on the GPU at pci, in chunks, so
+// that the burst takes a while to write, as a storm does.
+func (n *node) kernelBurst(pci string, code, count, chunk int, pause time.Duration) {
+	n.t.Helper()
+	f, err := os.OpenFile(n.kmsg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		n.t.Error(err)
+		return
+	}
+	defer func() { _ = f.Close() }()
+	var b strings.Builder
+	for i := 0; i < count; i++ {
+		n.kmsgSeq++
+		fmt.Fprintf(&b, "3,%d,%d,-;NVRM: Xid (PCI:%s): %d, pid=1234, name=python, burst %d\n", n.kmsgSeq, 1000+n.kmsgSeq, pci, code, i)
+		if (i+1)%chunk == 0 || i == count-1 {
+			if _, err := f.WriteString(b.String()); err != nil {
+				n.t.Error(err)
+				return
+			}
+			b.Reset()
+			time.Sleep(pause)
+		}
+	}
+}
+
+// TestKill9MidBurstKeepsExactCounts kills the monitor with SIGKILL in the
+// middle of a burst of kernel log XIDs, twenty times, restarting it each
+// time: the event's count must be exactly the number of lines, every time.
+// The cursor may not run ahead of the spooled counts (a loss), and no count
+// may be published before a cursor covers it (a double count on replay).
+func TestKill9MidBurstKeepsExactCounts(t *testing.T) {
+	g := NewWithT(t)
+	n := newNode(t, fmt.Sprintf("gpu-kill-%d", time.Now().UnixNano()%1_000_000), apiAddr)
+	const (
+		rounds = 20
+		burst  = 5000
+	)
+	// Records read before NVML named the GPUs are about its PCI bus id.
+	count := func() int64 {
+		total := int64(0)
+		for _, id := range []string{gpu0, "0000:3b:00.0"} {
+			e := &gpuhealthv1alpha1.NodeHealthEvent{}
+			name := gpuhealthv1alpha1.EventName(n.name, gpuhealthv1alpha1.SourceKmsg, gpuhealthv1alpha1.CheckXID, id, "79")
+			if err := admin.Get(context.Background(), client.ObjectKey{Name: name}, e); err == nil {
+				total += e.Status.Count
+			}
+		}
+		return total
+	}
+	for round := 1; round <= rounds; round++ {
+		n.start()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			n.kernelBurst("0000:3b:00", 79, burst, 250, 5*time.Millisecond)
+		}()
+		time.Sleep(time.Duration(20+(round*37)%180) * time.Millisecond)
+		n.kill()
+		<-done
+		n.start()
+		want := int64(round * burst)
+		g.Eventually(count, 30*time.Second).Should(Equal(want), "round %d", round)
+		g.Consistently(count, 500*time.Millisecond).Should(Equal(want), "round %d: nothing counted twice", round)
+		n.kill()
+	}
+}

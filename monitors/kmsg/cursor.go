@@ -18,6 +18,31 @@ const cursorFile = "kmsg.cursor"
 type cursor struct {
 	BootID string `json:"bootID"`
 	Seq    uint64 `json:"seq"`
+	// Gen counts cursor writes; the pipeline marks the occurrences each
+	// write will cover with its generation (see Source.Sync).
+	Gen uint64 `json:"gen,omitempty"`
+}
+
+// CommittedGeneration returns the generation of the durable cursor in
+// stateDir, for the pipeline's Options.Checkpointed: occurrences spooled
+// with a later generation are read again from the kernel log. When the
+// cursor belongs to another boot (nothing of that boot is read again), or
+// the boot id cannot be read (no cursor is kept at all), every spooled
+// occurrence counts: the result is the largest generation.
+func CommittedGeneration(stateDir, bootIDPath string) uint64 {
+	const all = ^uint64(0)
+	id, err := readBootID(valueOr(bootIDPath, DefaultBootIDPath))
+	if err != nil || stateDir == "" {
+		return all
+	}
+	c, ok, err := loadCursor(stateDir)
+	switch {
+	case err != nil || !ok:
+		return 0 // the whole ring buffer is read again
+	case c.BootID != id:
+		return all
+	}
+	return c.Gen
 }
 
 // loadCursor reads the cursor from dir. ok is false when there is none; a

@@ -123,12 +123,17 @@ type Source struct {
 	FlushInterval time.Duration
 	// Clock gives the time of findings; nil means the real clock.
 	Clock clock.PassiveClock
-	// Sync, when set, makes the findings reported so far durable (the
-	// agent passes the pipeline's Sync, which spools their counts). It is
-	// called before every cursor write, and a failure keeps the cursor
-	// where it was: the cursor never covers a count that a crash could
-	// lose.
-	Sync func() error
+	// Sync, when set, makes the findings reported so far durable, marked
+	// with the generation of the cursor write about to happen (the agent
+	// passes the pipeline's Sync). It is called before every cursor write,
+	// and a failure keeps the cursor where it was: the cursor never covers
+	// a count that a crash could lose.
+	Sync func(gen uint64) error
+	// Seal, when set, is told the generation of each cursor write once it
+	// is durable: the pipeline publishes the counts it covers only then,
+	// so that a crash never counts an occurrence twice (the pipeline's
+	// Seal).
+	Seal func(gen uint64)
 }
 
 // Name returns "kmsg".
@@ -273,6 +278,8 @@ type run struct {
 	// joiner holds the first records of a split GPU-lost text; held records
 	// are not processed yet, so the cursor does not cover them.
 	joiner Joiner
+	// gen is the generation of the last cursor written.
+	gen uint64
 }
 
 // joinWait is how long the first line of a split GPU-lost text waits for the
@@ -309,6 +316,9 @@ func (r *run) start(bootIDPath string) {
 		r.skipping, r.skipThrough = true, c.Seq
 		r.savedSeq, r.haveSaved = c.Seq, true
 		r.log.V(1).Info("Resuming the kernel log after the kmsg cursor", "seq", c.Seq)
+	}
+	if ok {
+		r.gen = c.Gen
 	}
 }
 
@@ -356,26 +366,39 @@ func (r *run) drain(records <-chan string) {
 	}
 }
 
-// saveCursor writes the cursor when it moved and can be trusted.
+// saveCursor writes the cursor when it moved and can be trusted: first the
+// counts it will cover (Sync), then the cursor, then Seal.
 func (r *run) saveCursor() {
 	r.needFlush = false
-	if r.src.StateDir == "" || r.bootID == "" || !r.haveSeq || (r.haveSaved && r.savedSeq == r.lastSeq) {
+	if r.src.StateDir == "" || r.bootID == "" {
+		// No cursor: a restart reads everything again anyway.
+		if r.src.Seal != nil {
+			r.src.Seal(^uint64(0))
+		}
 		return
 	}
+	if !r.haveSeq || (r.haveSaved && r.savedSeq == r.lastSeq) {
+		return
+	}
+	gen := r.gen + 1
 	if r.src.Sync != nil {
-		if err := r.src.Sync(); err != nil {
+		if err := r.src.Sync(gen); err != nil {
 			// The next save tries again; until then a restart replays.
 			r.needFlush = true
 			r.log.Error(err, "Making kernel log findings durable failed; keeping the kmsg cursor where it was")
 			return
 		}
 	}
-	if err := saveCursor(r.src.StateDir, cursor{BootID: r.bootID, Seq: r.lastSeq}); err != nil {
+	if err := saveCursor(r.src.StateDir, cursor{BootID: r.bootID, Seq: r.lastSeq, Gen: gen}); err != nil {
 		// The next save tries again; until then a restart replays a little.
+		r.needFlush = true
 		r.log.Error(err, "Saving kmsg cursor failed")
 		return
 	}
-	r.savedSeq, r.haveSaved = r.lastSeq, true
+	r.savedSeq, r.haveSaved, r.gen = r.lastSeq, true, gen
+	if r.src.Seal != nil {
+		r.src.Seal(gen)
+	}
 }
 
 // finding turns a parsed record into a finding.

@@ -294,7 +294,7 @@ func TestSourceIgnoresABadCursor(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	var c cursor
 	g.Expect(json.Unmarshal(b, &c)).To(Succeed())
-	g.Expect(c).To(Equal(cursor{BootID: "5f0e9c1a-0d6b-4a53-9a43-6bd0c1b0f001", Seq: 2}))
+	g.Expect(c).To(Equal(cursor{BootID: "5f0e9c1a-0d6b-4a53-9a43-6bd0c1b0f001", Seq: 2, Gen: 1}))
 }
 
 func TestSourceTime(t *testing.T) {

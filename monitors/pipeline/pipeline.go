@@ -59,6 +59,12 @@ type Options struct {
 	Debounce []DebounceRule
 	// Log receives the pipeline's logs.
 	Log logr.Logger
+	// Checkpointed names the sources that keep a read position (the kmsg
+	// cursor), each with the generation its durable position has reached.
+	// Their occurrences are published only once a position that covers
+	// them is durable (Seal), so that a crash can neither lose a count nor
+	// count one twice.
+	Checkpointed map[gpuhealthv1alpha1.Source]uint64
 }
 
 // Pipeline classifies, debounces and coalesces findings and publishes them as
@@ -70,6 +76,9 @@ type Pipeline struct {
 	entries  map[string]*entry
 	debounce debouncer
 	wake     chan struct{}
+	// nextGen is the generation of the checkpointed sources' next durable
+	// read position: the one that will cover the unsealed occurrences.
+	nextGen uint64
 	// recent remembers the XIDs of the last moments per GPU, for the
 	// catalog's workflows that depend on other XIDs (45, 48, 159).
 	recent recentXIDs
@@ -104,9 +113,17 @@ type entry struct {
 	pendingSince time.Time
 	// touched is when the entry last changed, for forgetting idle ones.
 	touched time.Time
+	// unsealed is how many pending occurrences of a checkpointed source
+	// no durable read position covers yet; they are not published.
+	// sealable is how many of them the last Sync spooled, which the next
+	// Seal releases.
+	unsealed, sealable int64
 }
 
 func (e *entry) dirty() bool { return e.rec.Pending > 0 || e.rec.StateChanged }
+
+// publishable says whether a write would change anything.
+func (e *entry) publishable() bool { return e.rec.Pending > e.unsealed || e.rec.StateChanged }
 
 // New returns a pipeline. Run must be called for anything to be written.
 func New(opts Options) (*Pipeline, error) {
@@ -129,10 +146,26 @@ func New(opts Options) (*Pipeline, error) {
 		wake:     make(chan struct{}, 1),
 		recent:   recentXIDs{byGPU: map[string][]seenXID{}},
 	}
+	p.nextGen = 1
+	for _, committed := range opts.Checkpointed {
+		p.nextGen = max(committed, committed+1) // stays at the largest value
+	}
 	now := opts.Clock.Now()
 	for _, r := range opts.Replay {
 		if r.Spec.NodeName != opts.NodeName {
 			opts.Log.Info("Dropping spooled finding about another node", "record", r.Name(), "Node", klog.KRef("", r.Spec.NodeName))
+			_ = opts.Spool.Delete(r.Name())
+			continue
+		}
+		if committed, ok := opts.Checkpointed[r.Spec.Source]; ok && r.Unsealed > 0 {
+			if r.UnsealedGen > committed {
+				// The source's position never covered these: it reads
+				// them again.
+				r.Pending -= min(r.Unsealed, r.Pending)
+			}
+			r.Unsealed, r.UnsealedGen = 0, 0
+		}
+		if r.Pending == 0 && !r.StateChanged {
 			_ = opts.Spool.Delete(r.Name())
 			continue
 		}
@@ -204,6 +237,9 @@ func (p *Pipeline) Report(f monitors.Finding) {
 			}
 		}
 		e.rec.Pending += n
+		if _, ok := p.opts.Checkpointed[f.Source]; ok {
+			e.unsealed += n
+		}
 		if f.Time.After(e.rec.LastSeen) {
 			e.rec.LastSeen = f.Time
 		}
@@ -224,6 +260,13 @@ func (p *Pipeline) Report(f monitors.Finding) {
 func (p *Pipeline) persistLocked(name string, e *entry) error {
 	if e.persistedGen == e.gen {
 		return nil
+	}
+	// The occurrences no durable read position covers are marked with the
+	// generation of the one that will: after a crash they count only if
+	// that position was written, else the source reads them again.
+	e.rec.Unsealed, e.rec.UnsealedGen = e.unsealed, 0
+	if e.unsealed > 0 {
+		e.rec.UnsealedGen = p.nextGen
 	}
 	dropped, err := p.opts.Spool.Put(&e.rec)
 	for _, d := range dropped {
@@ -249,25 +292,47 @@ func (p *Pipeline) persistLocked(name string, e *entry) error {
 }
 
 // Sync writes every entry that changed since it was last spooled, so that
-// all occurrences reported so far survive a crash. A source that keeps a
-// read position (the kmsg cursor) calls it before saving that position.
-// It returns the first error; entries that could not be written stay
-// dirty and are tried again by the next Sync or publish.
-func (p *Pipeline) Sync() error {
+// all occurrences reported so far survive a crash. A checkpointed source
+// (see Options.Checkpointed) calls it with the generation of the read
+// position it is about to write, and Seal once that position is durable;
+// the occurrences not covered yet are spooled marked with gen. It returns
+// the first error; entries that could not be written stay dirty and are
+// tried again by the next Sync or publish.
+func (p *Pipeline) Sync(gen uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.nextGen = gen
 	var first error
 	for name, e := range p.entries {
-		if e.persistedGen == e.gen || !e.dirty() {
-			continue
+		if e.unsealed > 0 && (e.rec.Unsealed != e.unsealed || e.rec.UnsealedGen != gen) {
+			e.gen++ // spool it again, marked with gen
 		}
-		// A full spool keeps the finding in memory by design (it holds
-		// Fatal findings first); that is no reason to stop the caller.
-		if err := p.persistLocked(name, e); err != nil && !errors.Is(err, spool.ErrFull) && first == nil {
-			first = fmt.Errorf("spooling %s: %w", name, err)
+		if e.persistedGen != e.gen && e.dirty() {
+			// A full spool keeps the finding in memory by design (it holds
+			// Fatal findings first); that is no reason to stop the caller.
+			if err := p.persistLocked(name, e); err != nil && !errors.Is(err, spool.ErrFull) && first == nil {
+				first = fmt.Errorf("spooling %s: %w", name, err)
+			}
+		}
+		if e.persistedGen == e.gen {
+			e.sealable = e.unsealed
 		}
 	}
 	return first
+}
+
+// Seal says that the read position of generation gen is durable: the
+// occurrences spooled with that generation (or an earlier one) may be
+// published.
+func (p *Pipeline) Seal(gen uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.entries {
+		e.unsealed -= min(e.sealable, e.unsealed)
+		e.sealable = 0
+	}
+	p.nextGen = max(gen, gen+1)
+	p.signal()
 }
 
 func (p *Pipeline) signal() {
@@ -370,6 +435,9 @@ func (p *Pipeline) due() ([]string, time.Duration) {
 			}
 			continue
 		}
+		if !e.publishable() {
+			continue // waits for Seal, which signals
+		}
 		at := e.retryAt
 		if !e.urgent && e.failures == 0 {
 			if w := e.lastWrite.Add(p.opts.Window); w.After(at) {
@@ -398,6 +466,7 @@ func (p *Pipeline) publish(ctx context.Context, name string) {
 	}
 	_ = p.persistLocked(name, e) // logged; the write below goes ahead
 	rec, stateGen, since := e.rec, e.stateGen, e.pendingSince
+	rec.Pending -= e.unsealed // only what a durable read position covers
 	p.mu.Unlock()
 
 	base, err := p.write(ctx, &rec, name)

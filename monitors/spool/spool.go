@@ -37,6 +37,13 @@ type Record struct {
 	ResolvedAt *time.Time `json:"resolvedAt,omitempty"`
 	// StateChanged is true when Resolved changed since the last write.
 	StateChanged bool `json:"stateChanged,omitempty"`
+	// Unsealed is how many of the Pending occurrences came from a source
+	// that keeps a read position (the kmsg cursor) after its last durable
+	// position of generation UnsealedGen-1: when the position of
+	// generation UnsealedGen was never written (a crash in between), the
+	// source reads them again after a restart, so they are taken out.
+	Unsealed    int64  `json:"unsealed,omitempty"`
+	UnsealedGen uint64 `json:"unsealedGen,omitempty"`
 }
 
 // Name is the record's file name: the event's deterministic name.
