@@ -79,18 +79,31 @@ type KmsgConfig struct {
 
 // IMEXConfig configures the imex source.
 type IMEXConfig struct {
-	// Command is the nvidia-imex-ctl binary (default: found on PATH).
+	// Command is the nvidia-imex-ctl binary, a path or a name (default:
+	// PATH, then the DaemonSet's driver-root mounts
+	// /run/nvidia/driver/usr/bin and /host/usr/bin).
 	Command string `json:"command,omitempty"`
-	// DaemonArgs ask for the local daemon's status (default ["-q"]).
-	DaemonArgs []string `json:"daemonArgs,omitempty"`
-	// DomainArgs ask for the domain's status (default ["-N", "-j"]).
-	DomainArgs []string `json:"domainArgs,omitempty"`
-	// Address, when set, targets that daemon (-i <address> 50005).
+	// DriverNamespace is the namespace of NVIDIA's DRA driver, where the
+	// ComputeDomain daemon pods run (default nvidia-dra-driver-gpu). The
+	// agent needs get, list and watch on pods there
+	// (config/monitor/imex).
+	DriverNamespace string `json:"driverNamespace,omitempty"`
+	// Port is the IMEX daemon's command port (default 50005).
+	Port int `json:"port,omitempty"`
+	// Address targets a host-managed daemon's command service on nodes
+	// without a ComputeDomain daemon pod (-q -i <address> <port>).
 	Address string `json:"address,omitempty"`
+	// ConfigFile is a host-managed daemon's config file as mounted into the
+	// agent, used on nodes without a ComputeDomain daemon pod (-q -c and
+	// -N -j -c). Set at most one of address and configFile.
+	ConfigFile string `json:"configFile,omitempty"`
 	// Interval between probes (default 30s).
 	Interval metav1.Duration `json:"interval,omitempty"`
 	// Timeout of one probe (default 10s).
 	Timeout metav1.Duration `json:"timeout,omitempty"`
+	// StartupGrace is how long a daemon pod that is not Ready is left alone
+	// after it started (default 10m).
+	StartupGrace metav1.Duration `json:"startupGrace,omitempty"`
 }
 
 // SpoolConfig configures the on-disk spool.
@@ -165,11 +178,18 @@ func (c *Config) Validate() error {
 	for name, d := range map[string]metav1.Duration{
 		"nvml.pollInterval": c.NVML.PollInterval, "nvml.window": c.NVML.Window, "nvml.fabricGrace": c.NVML.FabricGrace,
 		"dcgm.pollInterval": c.DCGM.PollInterval, "imex.interval": c.IMEX.Interval, "imex.timeout": c.IMEX.Timeout,
-		"publish.window": c.Publish.Window,
+		"imex.startupGrace": c.IMEX.StartupGrace,
+		"publish.window":    c.Publish.Window,
 	} {
 		if d.Duration < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", name))
 		}
+	}
+	if c.IMEX.Address != "" && c.IMEX.ConfigFile != "" {
+		errs = append(errs, errors.New("imex: set at most one of address and configFile (nvidia-imex-ctl takes one of -i and -c)"))
+	}
+	if p := c.IMEX.Port; p < 0 || p > 65535 {
+		errs = append(errs, fmt.Errorf("imex.port: %d is not a TCP port", p))
 	}
 	if c.Spool.MaxRecords < 0 || c.Publish.Burst < 0 || c.Publish.QPS < 0 {
 		errs = append(errs, errors.New("spool.maxRecords, publish.qps and publish.burst must not be negative"))

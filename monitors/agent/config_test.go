@@ -5,6 +5,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/client-go/rest"
+
+	"github.com/gpuhealth/gpuhealth/monitors/imex"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -41,6 +44,16 @@ debounce: [{check: IMEXDaemon, occurrences: 2, window: 90s}]
 		{name: "standalone DCGM needs an address", yaml: "dcgm: {mode: standalone}", wantErr: "dcgm.address: required"},
 		{name: "a debounce rule needs a window", yaml: "debounce: [{check: XID, occurrences: 3}]", wantErr: "debounce[0]"},
 		{name: "not YAML at all", yaml: "{{{", wantErr: "parsing monitor configuration"},
+		{name: "the imex section parses", yaml: `
+imex: {command: /run/nvidia/driver/usr/bin/nvidia-imex-ctl, driverNamespace: dra, port: 50006, startupGrace: 5m}
+`, check: func(g Gomega, c Config) {
+			g.Expect(c.IMEX.DriverNamespace).To(Equal("dra"))
+			g.Expect(c.IMEX.Port).To(Equal(50006))
+			g.Expect(c.IMEX.StartupGrace.Duration).To(Equal(5 * time.Minute))
+		}},
+		{name: "a host-managed IMEX daemon is one of an address and a config file", yaml: "imex: {address: 10.0.0.1, configFile: /etc/nvidia-imex/config.cfg}", wantErr: "imex: set at most one of address and configFile"},
+		{name: "an IMEX port is a TCP port", yaml: "imex: {port: 70000}", wantErr: "imex.port: 70000"},
+		{name: "the removed IMEX argument lists are unknown fields", yaml: "imex: {domainArgs: [-N, -j]}", wantErr: `unknown field "domainArgs"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,6 +106,24 @@ func TestBuildSourcesMakesEveryConfiguredSource(t *testing.T) {
 		names = append(names, s.Name())
 	}
 	g.Expect(names).To(Equal([]string{"kmsg", "nvml", "dcgm", "imex"}), "in the configured order")
+	for _, s := range srcs {
+		if s, ok := s.(*imex.Source); ok {
+			g.Expect(s.Pods).To(BeNil(), "no daemon pods are looked up without an apiserver")
+		}
+	}
+
+	// With an apiserver and a node name the imex source watches the node's
+	// ComputeDomain daemon pods (nothing is contacted until it runs).
+	cfg = Config{NodeName: "gpu-a", Sources: []string{"imex"}, IMEX: IMEXConfig{DriverNamespace: "dra"}}
+	srcs, err = buildSources(t.Context(), cfg, sourceDeps{restConfig: &rest.Config{Host: "https://127.0.0.1:1"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(srcs).To(HaveLen(1))
+	src, ok := srcs[0].(*imex.Source)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(src.NodeName).To(Equal("gpu-a"))
+	g.Expect(src.Pods).To(BeAssignableToTypeOf(&imex.PodWatch{}))
+	g.Expect(src.Pods.(*imex.PodWatch).Namespace()).To(Equal("dra"))
+
 	_, err = buildSources(t.Context(), Config{Sources: []string{"gpu"}}, sourceDeps{})
 	g.Expect(err).To(MatchError(ContainSubstring(`source "gpu"`)))
 }

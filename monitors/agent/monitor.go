@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg Config, restConfig *rest.Config, scheme *runti
 		return nil, err
 	}
 	m := &Monitor{pipeline: p, log: log}
-	deps := sourceDeps{stateDir: dir, log: log}
+	deps := sourceDeps{stateDir: dir, log: log, restConfig: rc}
 	if needsNode(cfg) {
 		// A cache of this node only: the imex source asks for its labels
 		// every interval without a request to the apiserver.

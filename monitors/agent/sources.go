@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuhealth/gpuhealth/monitors"
 	"github.com/gpuhealth/gpuhealth/monitors/dcgm"
@@ -20,6 +21,10 @@ type sourceDeps struct {
 	stateDir string
 	// nodeLabels reads this node's labels; nil unless needsNode.
 	nodeLabels func(context.Context) (map[string]string, error)
+	// restConfig reaches the apiserver; the imex source watches the
+	// ComputeDomain daemon pods of this node with it. Nil in tests that
+	// build sources without an apiserver: then no daemon pod is looked up.
+	restConfig *rest.Config
 	log        logr.Logger
 }
 
@@ -78,15 +83,25 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 				Log:          deps.log.WithName("dcgm"),
 			})
 		case "imex":
-			out = append(out, &imex.Source{
-				Command:    cfg.IMEX.Command,
-				DaemonArgs: cfg.IMEX.DaemonArgs,
-				DomainArgs: cfg.IMEX.DomainArgs,
-				Address:    cfg.IMEX.Address,
-				Interval:   cfg.IMEX.Interval.Duration,
-				Timeout:    cfg.IMEX.Timeout.Duration,
-				NodeLabels: deps.nodeLabels,
-			})
+			src := &imex.Source{
+				Command:      cfg.IMEX.Command,
+				NodeName:     cfg.NodeName,
+				Port:         cfg.IMEX.Port,
+				Address:      cfg.IMEX.Address,
+				ConfigFile:   cfg.IMEX.ConfigFile,
+				Interval:     cfg.IMEX.Interval.Duration,
+				Timeout:      cfg.IMEX.Timeout.Duration,
+				StartupGrace: cfg.IMEX.StartupGrace.Duration,
+				NodeLabels:   deps.nodeLabels,
+			}
+			if deps.restConfig != nil && cfg.NodeName != "" {
+				pods, err := imex.NewPodWatch(deps.restConfig, cfg.NodeName, cfg.IMEX.DriverNamespace)
+				if err != nil {
+					return nil, err
+				}
+				src.Pods = pods
+			}
+			out = append(out, src)
 		default:
 			return nil, fmt.Errorf("source %q is not built into this agent", name)
 		}

@@ -24,12 +24,33 @@ const maxStateLength = 40
 // understand: garbage, truncated JSON, an unknown domain status.
 var ErrMalformed = errors.New("malformed nvidia-imex-ctl output")
 
+// ErrNotConfigured marks output of nvidia-imex-ctl saying that IMEX is not
+// configured where it looked: it could not read the daemon's node
+// configuration file. That is a state of the node, not a fault.
+var ErrNotConfigured = errors.New("IMEX is not configured")
+
+// notConfiguredMessage is what nvidia-imex-ctl prints (and exits 255) when
+// the node configuration file it needs cannot be read, for example on a node
+// where IMEX was never set up.
+const notConfiguredMessage = "failed to read node configuration file"
+
+// isNotConfigured reports whether output of nvidia-imex-ctl says that the
+// node configuration file could not be read, in any case.
+func isNotConfigured(out []byte) bool {
+	return bytes.Contains(bytes.ToLower(out), []byte(notConfiguredMessage))
+}
+
 // ParseDaemonStatus reads the output of `nvidia-imex-ctl -q`: one state word
 // such as READY or UNAVAILABLE, with optional surrounding white space. It
-// returns the word in upper case. Anything else (no word, several words, a
+// returns the word in upper case. Output that says the node configuration
+// file could not be read ("Failed to read node configuration file") is an
+// error wrapping ErrNotConfigured. Anything else (no word, several words, a
 // word with characters other than letters, digits and underscores, or one
 // longer than 40 characters) is an error wrapping ErrMalformed.
 func ParseDaemonStatus(out []byte) (string, error) {
+	if isNotConfigured(out) {
+		return "", fmt.Errorf("%w: %q", ErrNotConfigured, truncate(string(bytes.TrimSpace(out))))
+	}
 	s := string(bytes.TrimSpace(out))
 	if s == "" {
 		return "", fmt.Errorf("%w: empty daemon status", ErrMalformed)
@@ -123,11 +144,16 @@ func (d DomainStatus) ReadyNodes() int {
 //
 // The overall "status" (UP, DOWN or DEGRADED, any case) decides. Without it,
 // the state is derived from the nodes (see DomainStatus.Derived). "nodes"
-// may also be a list. Other fields are ignored. An error wraps ErrMalformed:
+// may also be a list. Other fields are ignored. Text (not JSON) that says the
+// node configuration file could not be read is an error wrapping
+// ErrNotConfigured. Any other error wraps ErrMalformed:
 // not a JSON object, an unknown overall status, or no overall status and no
 // readable nodes.
 func ParseDomainStatus(out []byte) (DomainStatus, error) {
 	trimmed := bytes.TrimSpace(out)
+	if len(trimmed) > 0 && trimmed[0] != '{' && isNotConfigured(trimmed) {
+		return DomainStatus{}, fmt.Errorf("%w: %q", ErrNotConfigured, truncate(string(trimmed)))
+	}
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return DomainStatus{}, fmt.Errorf("%w: domain status is not a JSON object", ErrMalformed)
 	}

@@ -43,7 +43,7 @@ func TestParseDaemonStatus(t *testing.T) {
 		{name: "An unknown single word is passed on as the state.", out: "NEW_STATE_2\n", want: "NEW_STATE_2"},
 		{name: "Empty output is malformed.", out: "", wantErr: "empty"},
 		{name: "White space alone is malformed.", out: " \n\t", wantErr: "empty"},
-		{name: "A sentence is malformed.", out: "Failed to read node configuration file\n", wantErr: "not one word"},
+		{name: "A sentence is malformed.", out: "Connection refused by 10.0.0.1\n", wantErr: "not one word"},
 		{name: "Two lines are malformed.", out: "READY\nREADY\n", wantErr: "not one word"},
 		{name: "JSON is malformed.", out: `{"status":"READY"}`, wantErr: "not one word"},
 		{name: "A number is malformed.", out: "5\n", wantErr: "not a state word"},
@@ -142,7 +142,7 @@ func TestParseDomainStatus(t *testing.T) {
 			want: DomainStatus{State: DomainUp, Derived: true, Nodes: []NodeStatus{{Index: "0", Status: "READY"}}},
 		},
 		{name: "Truncated JSON is malformed.", out: domainUp[:len(domainUp)/2], wantErr: "decoding domain status"},
-		{name: "Garbage is malformed.", out: "Failed to read node configuration file", wantErr: "not a JSON object"},
+		{name: "Garbage is malformed.", out: "Connection refused", wantErr: "not a JSON object"},
 		{name: "Empty output is malformed.", out: "", wantErr: "not a JSON object"},
 		{name: "A JSON list is malformed.", out: `[{"status":"UP"}]`, wantErr: "not a JSON object"},
 		{name: "An unknown overall status is malformed.", out: `{"status":"UNAVAILABLE"}`, wantErr: "unknown domain status"},
@@ -166,6 +166,35 @@ func TestParseDomainStatus(t *testing.T) {
 			g.Expect(got).To(Equal(tc.want))
 		})
 	}
+}
+
+// nvidia-imex-ctl exits 255 with this message on a node whose IMEX is not
+// configured; it is a state of the node, not malformed output.
+func TestParseNotConfigured(t *testing.T) {
+	cases := []struct {
+		name string
+		out  string
+	}{
+		{name: "The message alone is not configured.", out: "Failed to read node configuration file\n"},
+		{name: "The message with the file's name is not configured.", out: "Failed to read node configuration file /etc/nvidia-imex/nodes_config.cfg\n"},
+		{name: "The message after other lines is not configured.", out: "IMEX Log initializing at: 9/4/2026 00:37:39.905\nFailed to read node configuration file\n"},
+		{name: "The message in another case is not configured.", out: "FAILED TO READ NODE CONFIGURATION FILE"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := ParseDaemonStatus([]byte(tc.out))
+			g.Expect(err).To(MatchError(ErrNotConfigured))
+			g.Expect(err).NotTo(MatchError(ErrMalformed))
+			_, err = ParseDomainStatus([]byte(tc.out))
+			g.Expect(err).To(MatchError(ErrNotConfigured))
+			g.Expect(err).NotTo(MatchError(ErrMalformed))
+		})
+	}
+	// A JSON domain status that happens to contain the words is read as JSON.
+	d, err := ParseDomainStatus([]byte(`{"status":"UP","note":"Failed to read node configuration file"}`))
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	NewWithT(t).Expect(d.State).To(Equal(DomainUp))
 }
 
 func TestDomainMessage(t *testing.T) {
@@ -206,14 +235,18 @@ func TestDomainMessage(t *testing.T) {
 }
 
 func FuzzParseDaemonStatus(f *testing.F) {
-	for _, s := range []string{"READY\n", "UNAVAILABLE", " shutting_down \n", "", "Failed to read node configuration file", "5", "\xff"} {
+	for _, s := range []string{
+		"READY\n", "UNAVAILABLE", " shutting_down \n", "", "5", "\xff",
+		"Failed to read node configuration file", "Failed to read node configuration file\n",
+		"IMEX Log initializing\nFailed to read node configuration file /etc/nvidia-imex/nodes_config.cfg\n",
+	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, out []byte) {
 		state, err := ParseDaemonStatus(out)
 		if err != nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("ParseDaemonStatus(%q) error %v does not wrap ErrMalformed", out, err)
+			if errors.Is(err, ErrMalformed) == errors.Is(err, ErrNotConfigured) {
+				t.Fatalf("ParseDaemonStatus(%q) error %v wraps not exactly one of ErrMalformed and ErrNotConfigured", out, err)
 			}
 			return
 		}
@@ -232,6 +265,8 @@ func FuzzParseDomainStatus(f *testing.F) {
 		`{"status":null}`,
 		`{"status":3}`,
 		"Failed to read node configuration file",
+		"Failed to read node configuration file\n",
+		`{"status":"UP","note":"Failed to read node configuration file"}`,
 		"",
 	} {
 		f.Add([]byte(s))
@@ -239,8 +274,8 @@ func FuzzParseDomainStatus(f *testing.F) {
 	f.Fuzz(func(t *testing.T, out []byte) {
 		d, err := ParseDomainStatus(out)
 		if err != nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("ParseDomainStatus(%q) error %v does not wrap ErrMalformed", out, err)
+			if errors.Is(err, ErrMalformed) == errors.Is(err, ErrNotConfigured) {
+				t.Fatalf("ParseDomainStatus(%q) error %v wraps not exactly one of ErrMalformed and ErrNotConfigured", out, err)
 			}
 			return
 		}

@@ -13,6 +13,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -21,8 +23,9 @@ import (
 
 // fakeCtl is a stand-in for nvidia-imex-ctl: a shell script that logs its
 // arguments to "calls" and prints what the test put in daemon.out or
-// domain.out, exiting with daemon.rc or domain.rc, after sleeping
-// daemon.sleep or domain.sleep seconds when those files exist.
+// domain.out (and daemon.err or domain.err on standard error, when they
+// exist), exiting with daemon.rc or domain.rc, after sleeping daemon.sleep
+// or domain.sleep seconds when those files exist.
 const fakeCtl = `#!/bin/sh
 d=$(dirname "$0")
 echo "$*" >> "$d/calls"
@@ -32,6 +35,7 @@ case "$1" in
 esac
 if [ -f "$d/$f.sleep" ]; then exec sleep "$(cat "$d/$f.sleep")"; fi
 cat "$d/$f.out"
+if [ -f "$d/$f.err" ]; then cat "$d/$f.err" >&2; fi
 exit "$(cat "$d/$f.rc")"
 `
 
@@ -47,7 +51,7 @@ type fake struct {
 
 func newFake(t *testing.T) *fake {
 	t.Helper()
-	fk := &fake{dir: t.TempDir(), labels: map[string]string{ComputeDomainLabel: "4b47fa0f-7dbc-474b-b521-fc3ffc6dc7df"}}
+	fk := &fake{dir: t.TempDir(), labels: map[string]string{ComputeDomainLabel: testDomain}}
 	// Written before any source runs, so that no fork in this process holds
 	// the file open for writing when it is executed (ETXTBSY).
 	if err := os.WriteFile(fk.path(), []byte(fakeCtl), 0o755); err != nil {
@@ -115,14 +119,78 @@ func (fk *fake) ticks() int {
 	return fk.labelCalls
 }
 
+// testConfig is the host-managed daemon's config file the fake sources use;
+// the fake script does not read it.
+const testConfig = "/imex/config.cfg"
+
+// source is a Source for a host-managed daemon (ConfigFile), so that both
+// probes run.
 func (fk *fake) source() *Source {
 	return &Source{
 		Command:        fk.path(),
+		ConfigFile:     testConfig,
 		Interval:       20 * time.Millisecond,
 		Timeout:        2 * time.Second,
 		RepeatInterval: time.Hour,
 		NodeLabels:     fk.nodeLabels,
 	}
+}
+
+// podSource is a Source that finds the daemon pods through pods.
+func (fk *fake) podSource(pods DaemonPodLister) *Source {
+	src := fk.source()
+	src.ConfigFile, src.NodeName, src.Pods = "", testNode, pods
+	return src
+}
+
+// fakePods is a DaemonPodLister with pods the test sets.
+type fakePods struct {
+	mu   sync.Mutex
+	pods []corev1.Pod
+	err  error
+}
+
+func (f *fakePods) Start(context.Context) {}
+
+func (f *fakePods) DaemonPods(context.Context) ([]corev1.Pod, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]corev1.Pod(nil), f.pods...), f.err
+}
+
+func (f *fakePods) set(err error, pods ...corev1.Pod) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pods, f.err = pods, err
+}
+
+const (
+	testNode   = "gpu-a"
+	testDomain = "4b47fa0f-7dbc-474b-b521-fc3ffc6dc7df"
+)
+
+// podOption changes a daemon pod built by daemonPodOf.
+type podOption func(*corev1.Pod)
+
+// daemonPodOf is a Ready daemon pod of testDomain on testNode at ip, with a
+// clique label, started an hour ago.
+func daemonPodOf(name, ip string, opts ...podOption) corev1.Pod {
+	started := metav1.NewTime(time.Now().Add(-time.Hour))
+	p := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: DefaultDriverNamespace, CreationTimestamp: started,
+			Labels: map[string]string{ComputeDomainLabel: testDomain, CliqueLabel: "a4b1c2d3-uuid.1"},
+		},
+		Spec: corev1.PodSpec{NodeName: testNode},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning, PodIP: ip, StartTime: &started,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		},
+	}
+	for _, o := range opts {
+		o(&p)
+	}
+	return p
 }
 
 // running is a Source started in the background with a channel reporter.
@@ -221,17 +289,17 @@ func TestSourceFirstFindings(t *testing.T) {
 		{
 			name:      "A daemon probe that exits non-zero without a state is EXEC_ERROR.",
 			daemonOut: "", daemonRC: 1, domainOut: domainUp,
-			want: []monitors.Finding{daemonFinding("EXEC_ERROR", "IMEX daemon probe failed: running nvidia-imex-ctl -q: exit status 1")},
+			want: []monitors.Finding{daemonFinding("EXEC_ERROR", "IMEX daemon probe failed: running nvidia-imex-ctl -q -c /imex/config.cfg: exit status 1")},
 		},
 		{
 			name:      "A daemon probe that exits non-zero with a state reports the state.",
 			daemonOut: "SHUTTING_DOWN\n", daemonRC: 3, domainOut: domainUp,
-			want: []monitors.Finding{daemonFinding("SHUTTING_DOWN", "IMEX daemon is SHUTTING_DOWN (running nvidia-imex-ctl -q: exit status 3)")},
+			want: []monitors.Finding{daemonFinding("SHUTTING_DOWN", "IMEX daemon is SHUTTING_DOWN (running nvidia-imex-ctl -q -c /imex/config.cfg: exit status 3)")},
 		},
 		{
 			name:      "A daemon probe that does not answer is TIMEOUT.",
 			slowProbe: "daemon", domainOut: domainUp,
-			want: []monitors.Finding{daemonFinding("TIMEOUT", "nvidia-imex-ctl -q did not answer within 200ms")},
+			want: []monitors.Finding{daemonFinding("TIMEOUT", "nvidia-imex-ctl -q -c /imex/config.cfg did not answer within 200ms")},
 		},
 		{
 			name:      "A DOWN domain is a fatal finding.",
@@ -253,7 +321,7 @@ func TestSourceFirstFindings(t *testing.T) {
 		},
 		{
 			name:      "Malformed output of both probes reports nothing.",
-			daemonOut: "Failed to read node configuration file\n", domainOut: `{"nodes":{"0":{"status":"READY"`,
+			daemonOut: "READY READY\n", domainOut: `{"nodes":{"0":{"status":"READY"`,
 		},
 		{
 			name:      "A domain probe that fails reports nothing about the domain.",
@@ -318,7 +386,7 @@ func TestSourceLifecycle(t *testing.T) {
 	r := start(t, fk.source())
 
 	// READY and UP: the probes run and report nothing.
-	g.Eventually(fk.calls, 5*time.Second).Should(ContainElements("-q", "-N -j"))
+	g.Eventually(fk.calls, 5*time.Second).Should(ContainElements("-q -c "+testConfig, "-N -j -c "+testConfig))
 	r.none(g, fk)
 
 	// The domain goes DOWN: one fatal finding, not repeated while it lasts.
@@ -340,7 +408,7 @@ func TestSourceLifecycle(t *testing.T) {
 
 	// The daemon probe fails, then the daemon is READY again.
 	fk.daemon(t, "", 1)
-	execErr := daemonFinding("EXEC_ERROR", "IMEX daemon probe failed: running nvidia-imex-ctl -q: exit status 1")
+	execErr := daemonFinding("EXEC_ERROR", "IMEX daemon probe failed: running nvidia-imex-ctl -q -c /imex/config.cfg: exit status 1")
 	g.Expect(r.next(g)).To(Equal(execErr))
 	fk.daemon(t, "READY\n", 0)
 	g.Expect(r.next(g)).To(Equal(resolved(execErr, "IMEX daemon is READY")))
@@ -391,28 +459,42 @@ func TestSourceRepeatsALastingCondition(t *testing.T) {
 
 func TestSourceArguments(t *testing.T) {
 	cases := []struct {
-		name       string
-		configure  func(*Source)
-		wantDaemon string
-		wantDomain string
+		name      string
+		configure func(*Source)
+		want      []string
 	}{
 		{
-			name:       "The default probes are -q and -N -j.",
-			configure:  func(*Source) {},
-			wantDaemon: "-q", wantDomain: "-N -j",
+			name:      "A host-managed daemon's config file is used by both probes.",
+			configure: func(*Source) {},
+			want:      []string{"-q -c /imex/config.cfg", "-N -j -c /imex/config.cfg"},
 		},
 		{
-			name:       "An address targets the daemon's command port on both probes.",
-			configure:  func(s *Source) { s.Address = "10.0.0.7" },
-			wantDaemon: "-q -i 10.0.0.7 50005", wantDomain: "-N -j -i 10.0.0.7 50005",
+			name:      "A host-managed daemon's address is asked for the daemon only: -N cannot take -i.",
+			configure: func(s *Source) { s.ConfigFile, s.Address = "", "10.0.0.7" },
+			want:      []string{"-q -i 10.0.0.7 50005"},
 		},
 		{
-			name: "Configured arguments and port replace the defaults.",
+			name:      "A configured port goes with the address.",
+			configure: func(s *Source) { s.ConfigFile, s.Address, s.Port = "", "fd00::7", 50006 },
+			want:      []string{"-q -i fd00::7 50006"},
+		},
+		{
+			name: "A daemon pod is asked at its IP on the command port, for the daemon only.",
 			configure: func(s *Source) {
-				s.DomainArgs = []string{"-N", "-j", "-H", "-c", "/imexd/imexd.cfg"}
-				s.Address, s.Port = "10.0.0.8", 50006
+				pods := &fakePods{}
+				pods.set(nil, daemonPodOf("cd-daemon-a", "10.244.1.5"))
+				s.ConfigFile, s.NodeName, s.Pods = "", testNode, pods
 			},
-			wantDaemon: "-q -i 10.0.0.8 50006", wantDomain: "-N -j -H -c /imexd/imexd.cfg -i 10.0.0.8 50006",
+			want: []string{"-q -i 10.244.1.5 50005"},
+		},
+		{
+			name: "A daemon pod wins over a host-managed daemon.",
+			configure: func(s *Source) {
+				pods := &fakePods{}
+				pods.set(nil, daemonPodOf("cd-daemon-a", "10.244.1.5"))
+				s.NodeName, s.Pods = testNode, pods
+			},
+			want: []string{"-q -i 10.244.1.5 50005"},
 		},
 	}
 	for _, tc := range cases {
@@ -421,9 +503,11 @@ func TestSourceArguments(t *testing.T) {
 			fk := newFake(t)
 			src := fk.source()
 			tc.configure(src)
-			// The fake script picks its output by the first argument.
-			start(t, src)
-			g.Eventually(fk.calls, 5*time.Second).Should(ContainElements(tc.wantDaemon, tc.wantDomain))
+			r := start(t, src)
+			g.Eventually(fk.calls, 5*time.Second).Should(ContainElements(tc.want))
+			r.none(g, fk)
+			// Only these argument lists, every tick.
+			g.Expect(fk.calls()).To(HaveEach(BeElementOf(tc.want)))
 		})
 	}
 }
@@ -473,6 +557,20 @@ func TestSourceStartErrors(t *testing.T) {
 		{
 			name: "A source without NodeLabels does not start.",
 			src:  &Source{Command: "/bin/sh"},
+		},
+		{
+			name: "A source with Pods but no NodeName does not start.",
+			src: &Source{
+				Command: "/bin/sh", Pods: &fakePods{},
+				NodeLabels: func(context.Context) (map[string]string, error) { return nil, nil },
+			},
+		},
+		{
+			name: "A source with both an address and a config file does not start.",
+			src: &Source{
+				Command: "/bin/sh", Address: "10.0.0.1", ConfigFile: testConfig,
+				NodeLabels: func(context.Context) (map[string]string, error) { return nil, nil },
+			},
 		},
 	}
 	for _, tc := range cases {
