@@ -2,12 +2,15 @@ package monitor_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpuhealth/gpuhealth/monitors/imex"
 )
 
 // The DaemonSet, as the apiserver stored it, runs the agent the way the
@@ -46,4 +49,35 @@ func TestDaemonSetRunsTheAgentAsThePolicyAssumes(t *testing.T) {
 		Add:  []corev1.Capability{"SYSLOG"},
 	}))
 	g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "kmsg", MountPath: "/dev/kmsg", ReadOnly: true}))
+
+	// nvidia-imex-ctl comes read-only from the host, where the imex source
+	// looks for it (imex.DefaultCommandPaths): the GPU Operator's driver
+	// root, whose mount may appear after the pod started, and /usr/bin.
+	hostToContainer := corev1.MountPropagationHostToContainer
+	g.Expect(c.VolumeMounts).To(ContainElements(
+		corev1.VolumeMount{Name: "driver-root", MountPath: "/run/nvidia/driver", ReadOnly: true, MountPropagation: &hostToContainer},
+		corev1.VolumeMount{Name: "host-usr-bin", MountPath: "/host/usr/bin", ReadOnly: true},
+	))
+	for _, p := range imex.DefaultCommandPaths {
+		g.Expect(c.VolumeMounts).To(ContainElement(Satisfy(func(m corev1.VolumeMount) bool {
+			return m.ReadOnly && strings.HasPrefix(p, m.MountPath+"/")
+		})), "no read-only mount holds %s", p)
+	}
+	directoryOrCreate, directory := corev1.HostPathDirectoryOrCreate, corev1.HostPathDirectory
+	g.Expect(pod.Volumes).To(ContainElements(
+		// A node with a host-installed driver has no /run/nvidia/driver:
+		// the pod must start anyway.
+		corev1.Volume{Name: "driver-root", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: "/run/nvidia/driver", Type: &directoryOrCreate},
+		}},
+		corev1.Volume{Name: "host-usr-bin", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: "/usr/bin", Type: &directory},
+		}},
+	))
+	// Every hostPath but the spool is mounted read-only.
+	for _, m := range c.VolumeMounts {
+		if m.Name != "spool" {
+			g.Expect(m.ReadOnly).To(BeTrue(), "volume %s is mounted writable", m.Name)
+		}
+	}
 }

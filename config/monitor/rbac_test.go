@@ -3,6 +3,7 @@ package monitor_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/monitors/imex"
 )
 
 func TestAgentRBACRefusesWhatItDoesNotNeed(t *testing.T) {
@@ -39,6 +41,12 @@ func TestAgentRBACRefusesWhatItDoesNotNeed(t *testing.T) {
 			name: "the agent may not list Pods",
 			do: func(_ *WithT, c client.Client) error {
 				return c.List(ctx, &corev1.PodList{})
+			},
+		},
+		{
+			name: "the agent may not list Pods outside the DRA driver's namespace",
+			do: func(_ *WithT, c client.Client) error {
+				return c.List(ctx, &corev1.PodList{}, client.InNamespace(monitorNamespace))
 			},
 		},
 		{
@@ -95,6 +103,17 @@ func TestAgentRBACGrantsExactlyWhatItNeeds(t *testing.T) {
 		{name: "no Node updates", attrs: attrs{Resource: "nodes", Verb: "update"}},
 		{name: "no Node status patches", attrs: attrs{Resource: "nodes", Subresource: "status", Verb: "patch"}},
 		{name: "no Pod reads", attrs: attrs{Resource: "pods", Verb: "list"}},
+		{name: "get daemon pods in the DRA driver's namespace", attrs: attrs{Resource: "pods", Verb: "get", Namespace: driverNamespace}, allowed: true},
+		{name: "list daemon pods in the DRA driver's namespace", attrs: attrs{Resource: "pods", Verb: "list", Namespace: driverNamespace}, allowed: true},
+		{name: "watch daemon pods in the DRA driver's namespace", attrs: attrs{Resource: "pods", Verb: "watch", Namespace: driverNamespace}, allowed: true},
+		{name: "no Pod reads in other namespaces", attrs: attrs{Resource: "pods", Verb: "list", Namespace: "default"}},
+		{name: "no Pod reads in its own namespace", attrs: attrs{Resource: "pods", Verb: "get", Namespace: monitorNamespace}},
+		{name: "no Pod writes in the DRA driver's namespace", attrs: attrs{Resource: "pods", Verb: "patch", Namespace: driverNamespace}},
+		{name: "no Pod deletes in the DRA driver's namespace", attrs: attrs{Resource: "pods", Verb: "delete", Namespace: driverNamespace}},
+		{name: "no exec into the daemon pods", attrs: attrs{Resource: "pods", Subresource: "exec", Verb: "create", Namespace: driverNamespace}},
+		{name: "no daemon pod logs", attrs: attrs{Resource: "pods", Subresource: "log", Verb: "get", Namespace: driverNamespace}},
+		{name: "no ComputeDomain reads", attrs: attrs{Group: "resource.nvidia.com", Resource: "computedomains", Verb: "list"}},
+		{name: "no Secret reads in the DRA driver's namespace", attrs: attrs{Resource: "secrets", Verb: "get", Namespace: driverNamespace}},
 		{name: "no evictions", attrs: attrs{Resource: "pods", Subresource: "eviction", Verb: "create", Namespace: "default"}},
 		{name: "no Secret reads", attrs: attrs{Resource: "secrets", Verb: "get", Namespace: monitorNamespace}},
 		{name: "no tokens for other service accounts", attrs: attrs{Resource: "serviceaccounts", Subresource: "token", Verb: "create", Namespace: monitorNamespace}},
@@ -112,4 +131,35 @@ func TestAgentRBACGrantsExactlyWhatItNeeds(t *testing.T) {
 			g.Expect(review.Status.Allowed).To(Equal(tc.allowed), "reason: %q", review.Status.Reason)
 		})
 	}
+}
+
+// With config/monitor/imex applied, the agent's imex source finds its node's
+// ComputeDomain daemon pod through the apiserver, with the agent's own
+// pod-bound token: the watch it runs needs exactly the Role's grant.
+func TestAgentWatchesItsNodesDaemonPods(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	mkPod := func(name, node, uid string) {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: driverNamespace, Labels: map[string]string{imex.ComputeDomainLabel: uid}},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "compute-domain-daemon", Image: "daemon"}}},
+		}
+		g.Expect(admin.Create(ctx, p)).To(Succeed())
+		t.Cleanup(func() { _ = admin.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
+	}
+	mkPod("computedomain-daemon-a", nodeA, "domain-1")
+	mkPod("computedomain-daemon-b", nodeB, "domain-1")
+
+	w, err := imex.NewPodWatch(monitorA.config, nodeA, driverNamespace)
+	g.Expect(err).NotTo(HaveOccurred())
+	w.Start(ctx)
+	g.Eventually(func(g Gomega) []string {
+		pods, err := w.DaemonPods(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		var names []string
+		for _, p := range pods {
+			names = append(names, p.Name)
+		}
+		return names
+	}, 10*time.Second).Should(Equal([]string{"computedomain-daemon-a"}), "only its own node's daemon pod")
 }

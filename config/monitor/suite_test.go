@@ -50,6 +50,7 @@ var (
 const (
 	monitorNamespace  = "gpuhealth-system"
 	otherNamespace    = "gpuhealth-canary"
+	driverNamespace   = "nvidia-dra-driver-gpu"
 	monitorSA         = "gpuhealth-monitor"
 	operatorSA        = "gpuhealth-operator"
 	policyName        = "gpuhealth-monitor-own-node"
@@ -63,6 +64,7 @@ const (
 // identity is a credential the tests act with.
 type identity struct {
 	name      string
+	config    *rest.Config
 	client    client.Client
 	clientset kubernetes.Interface
 }
@@ -85,12 +87,14 @@ func setUp(ctx context.Context, cfg *rest.Config) error {
 
 	// What the user installs first: the namespace (config/manager) and,
 	// for the operator's identity, its RBAC (config/rbac).
-	for _, ns := range []string{monitorNamespace, otherNamespace} {
+	for _, ns := range []string{monitorNamespace, otherNamespace, driverNamespace} {
 		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
 	}
-	for _, dir := range []string{".", filepath.Join("..", "rbac")} {
+	// The DRA driver's namespace exists before config/monitor/imex is
+	// applied, as its comment asks.
+	for _, dir := range []string{".", "imex", filepath.Join("..", "rbac")} {
 		if err := applyDir(ctx, dir); err != nil {
 			return err
 		}
@@ -248,5 +252,5 @@ func newIdentity(name string, cfg *rest.Config) (*identity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating a clientset for %s: %w", name, err)
 	}
-	return &identity{name: name, client: c, clientset: cs}, nil
+	return &identity{name: name, config: cfg, client: c, clientset: cs}, nil
 }
