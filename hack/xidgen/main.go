@@ -119,11 +119,11 @@ func generate(dir, out string) error {
 	fmt.Fprintf(&b, "// catalogRows is the sheet \"Xids\", in sheet order.\nvar catalogRows = []CatalogRow{\n")
 	for i, r := range xids {
 		if r[0] != "XID" {
-			return fmt.Errorf("Xids.tsv row %d: type %q, want XID", i+2, r[0])
+			return fmt.Errorf("sheet Xids row %d: type %q, want XID", i+2, r[0])
 		}
 		code, err := strconv.Atoi(r[1])
 		if err != nil {
-			return fmt.Errorf("Xids.tsv row %d: code %q is not a number", i+2, r[1])
+			return fmt.Errorf("sheet Xids row %d: code %q is not a number", i+2, r[1])
 		}
 		gens := [4]bool{}
 		for j := range gens {
@@ -132,7 +132,7 @@ func generate(dir, out string) error {
 				gens[j] = true
 			case "NO":
 			default:
-				return fmt.Errorf("Xids.tsv row %d: applies-to cell %q is neither YES nor NO", i+2, r[4+j])
+				return fmt.Errorf("sheet Xids row %d: applies-to cell %q is neither YES nor NO", i+2, r[4+j])
 			}
 		}
 		fmt.Fprintf(&b, "\t{Code: %d, Mnemonic: %q, Description: %q, AppliesTo: Generations{A100: %t, H100: %t, B100: %t, GB200: %t}, Immediate: %q, Investigatory: %q, XID154Linkage: %q},\n",
@@ -144,7 +144,7 @@ func generate(dir, out string) error {
 	for i, r := range decode {
 		code, err := strconv.Atoi(r[0])
 		if err != nil {
-			return fmt.Errorf("Xid_144-150_Decode.tsv row %d: XID %q is not a number", i+2, r[0])
+			return fmt.Errorf("sheet Xid 144-150 Decode row %d: XID %q is not a number", i+2, r[0])
 		}
 		fmt.Fprintf(&b, "\t{XID: %d, Subcode: %q, V1IntrInfo: %q, V2IntrInfo: %q, ErrorStatus: %q, Immediate: %q, V1Action2IntrInfo: %q, V2Action2IntrInfo: %q, Action2: %q, Investigatory: %q, Severity: %q, Origin: %q},\n",
 			code, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11])

@@ -150,3 +150,21 @@ func TestXIDDedup(t *testing.T) {
 		g.Expect(d.seen[xidKey{gpuA, "79"}]).To(HaveLen(maxUnmatchedXIDs))
 	})
 }
+
+func TestNVMLCopyOfALineJudgedXIDDefersToTheKernelLog(t *testing.T) {
+	gpu := gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "GPU-1"}
+	for _, code := range []string{"145", "149", "154"} {
+		f := monitors.Finding{Source: gpuhealthv1alpha1.SourceNVML, Check: gpuhealthv1alpha1.CheckXID, Component: gpu, Code: code}
+		deferToKernelLog(&f)
+		if f.Severity != gpuhealthv1alpha1.SeverityInfo || f.Action != gpuhealthv1alpha1.ActionNone || f.Message == "" {
+			t.Errorf("NVML's XID %s = %s/%s %q; want Info/None with a reason", code, f.Severity, f.Action, f.Message)
+		}
+	}
+	for _, code := range []string{"79", "48", "45"} {
+		f := monitors.Finding{Source: gpuhealthv1alpha1.SourceNVML, Check: gpuhealthv1alpha1.CheckXID, Component: gpu, Code: code}
+		deferToKernelLog(&f)
+		if f.Severity != "" || f.Action != "" {
+			t.Errorf("NVML's XID %s = %s/%s; want it left to the catalog", code, f.Severity, f.Action)
+		}
+	}
+}

@@ -79,3 +79,14 @@ func TestJoinerPassesOtherRecordsStraight(t *testing.T) {
 		g.Expect(j.Feed(r, time.Now())).To(Equal([]string{r}))
 	}
 }
+
+func TestMalformedShapesAreLoggedOnce(t *testing.T) {
+	g := NewWithT(t)
+	var r run
+	_, err1 := Parse("3,1,1,-;NVRM: Xid (PCI:0000:3b:00): abc, x")
+	_, err2 := Parse("3,2,1,-;NVRM: Xid (PCI:0000:5e:00): xyz, y")
+	_, err3 := Parse("3,3,1,-;NVRM: Xid (invalid): z")
+	g.Expect(r.newShape(err1)).To(BeTrue())
+	g.Expect(r.newShape(err2)).To(BeFalse(), "the same shape with other text")
+	g.Expect(r.newShape(err3)).To(BeTrue(), "another shape")
+}

@@ -387,6 +387,17 @@ func FuzzParse(f *testing.F) {
 		"3,44,1,-;NVRM: Xid (PCI:0000:3b:00): 99999999999999999999999",
 		"3,1;hello",
 		"",
+		"4,60,1,-;NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, pid=9, name=a, Graphics Exception",
+		"4,61,1,-;NVRM: Xid (PCI:0000:3b:00 GPU-I:01): 31, pid=9, name=a, MMU Fault",
+		"4,62,1,-;NVRM: Xid (PCI:0000:3b:00 GPU-CI:02 GPU-I:01): 31, x",
+		"3,66,1,-;nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26006, SOE HALTED",
+		"3,69,1,-;nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26006, SOE HALT data[0] = 0x               0",
+		"6,70,1,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Correctable, Link 32 egress non-posted PRIV error (First)",
+		"3,72,1,-;NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
+		`3,73,1,-;NVRM: The NVIDIA GPU 0000:b3:00.0\x0aNVRM: (PCI ID: 10de:26b5) installed in this system has\x0aNVRM: fallen off the bus and is not responding to commands.`,
+		"4,74,1,-;NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+		"4,75,1,-;NVRM: Xid (PCI:0001:00:00): 79 Recommended Action=CONTACT_SUPPORT",
+		"4,76,1,-;NVRM: Xid (PCI:0000:05:00): 99999, unknown error",
 	}
 	for _, s := range seeds {
 		f.Add(s)
@@ -407,6 +418,10 @@ func FuzzParse(f *testing.F) {
 			if e.PCIBusID != "" || e.Code != 0 || e.Text != "" || e.Fatal || e.Link != -1 {
 				t.Fatalf("Parse(%q) = %+v: a record that is not ours carries fields", record, e)
 			}
+		case KindGPULost:
+			if n, err := NormalizePCIBusID(e.PCIBusID); err != nil || n != e.PCIBusID || e.Code != 79 {
+				t.Fatalf("Parse(%q) = %+v: a lost GPU needs its canonical bus id and XID 79", record, e)
+			}
 		case KindXID, KindSXID:
 			if n, err := NormalizePCIBusID(e.PCIBusID); err != nil || n != e.PCIBusID {
 				t.Fatalf("Parse(%q) bus id %q is not canonical", record, e.PCIBusID)
@@ -418,8 +433,14 @@ func FuzzParse(f *testing.F) {
 			if e.Code < 0 || e.Code > limit {
 				t.Fatalf("Parse(%q) code %d is out of range", record, e.Code)
 			}
-			if e.Kind == KindXID && (e.Fatal || e.Link != -1) {
+			if e.Kind == KindXID && (e.Fatal || e.Link != -1 || e.Flag != "") {
 				t.Fatalf("Parse(%q) XID has SXid fields: %+v", record, e)
+			}
+			if e.Kind == KindSXID && (e.GPUInstance != -1 || e.ComputeInstance != -1 || e.Fatal != (e.Flag == "Fatal")) {
+				t.Fatalf("Parse(%q) SXid fields are inconsistent: %+v", record, e)
+			}
+			if e.ComputeInstance >= 0 && e.GPUInstance < 0 {
+				t.Fatalf("Parse(%q) has a compute instance without a GPU instance: %+v", record, e)
 			}
 			if strings.Contains(e.Text, "\n") {
 				t.Fatalf("Parse(%q) text spans lines", record)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -280,6 +281,29 @@ type run struct {
 	joiner Joiner
 	// gen is the generation of the last cursor written.
 	gen uint64
+	// shapes are the malformed-record shapes logged so far.
+	shapes map[string]struct{}
+}
+
+// shapeOf reduces a parse error to its shape: the message without the
+// quoted text and the numbers, which differ from line to line.
+var shapeNoise = regexp.MustCompile(`"[^"]*"|[0-9]+`)
+
+// maxShapes bounds the malformed shapes remembered for logging.
+const maxShapes = 64
+
+// newShape says whether err is the first malformed record of its shape
+// this run, and remembers it.
+func (r *run) newShape(err error) bool {
+	k := shapeNoise.ReplaceAllString(err.Error(), "")
+	if _, seen := r.shapes[k]; seen || len(r.shapes) >= maxShapes {
+		return false
+	}
+	if r.shapes == nil {
+		r.shapes = map[string]struct{}{}
+	}
+	r.shapes[k] = struct{}{}
+	return true
 }
 
 // joinWait is how long the first line of a split GPU-lost text waits for the
@@ -339,7 +363,9 @@ func (r *run) process(rec string) {
 	switch {
 	case err != nil:
 		lines.WithLabelValues(resultMalformed).Inc()
-		r.log.V(1).Info("Skipping malformed kernel log record", "err", err)
+		if r.newShape(err) {
+			r.log.V(1).Info("Skipping malformed kernel log record; more of this shape are only counted", "err", err)
+		}
 	case e.Kind == KindNone:
 		lines.WithLabelValues(resultIgnored).Inc()
 	default:

@@ -184,6 +184,43 @@ func TestSourceReportsFindings(t *testing.T) {
 			}},
 		},
 		{
+			name:     "A MIG XID is about the GPU and names the instance.",
+			appended: []string{"4,80,1,-;NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, pid=9, name=a, Graphics Exception"},
+			want: []monitors.Finding{{
+				Source: gpuhealthv1alpha1.SourceKmsg, Check: gpuhealthv1alpha1.CheckXID,
+				Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "0000:3b:00.0", Instance: "GPU-I:01 GPU-CI:02"},
+				Code:      "13", Message: "MIG GPU-I:01 GPU-CI:02: pid=9, name=a, Graphics Exception",
+			}},
+		},
+		{
+			name:     "The GPU-lost text split over three records is one XID 79 on that GPU.",
+			appended: append(append([]string{}, lostSplit...), lineXID48),
+			want: []monitors.Finding{{
+				Source: gpuhealthv1alpha1.SourceKmsg, Check: gpuhealthv1alpha1.CheckXID,
+				Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "0000:b3:00.0"},
+				Code:      "79", Message: "NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system has fallen off the bus and is not responding to commands.",
+			}, {
+				Source: gpuhealthv1alpha1.SourceKmsg, Check: gpuhealthv1alpha1.CheckXID,
+				Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "0000:86:00.0"},
+				Code:      "48", Message: "pid=99, name=train, An uncorrectable double bit error",
+			}},
+		},
+		{
+			name:     "A correctable SXid is Info; an SOE halt without a flag reboots.",
+			appended: []string{"6,81,1,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Correctable, Link 32 egress non-posted PRIV error (First)", "3,82,1,-;nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26006, SOE HALTED"},
+			want: []monitors.Finding{{
+				Source: gpuhealthv1alpha1.SourceKmsg, Check: gpuhealthv1alpha1.CheckSXID,
+				Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentNVSwitch, ID: "0000:05:00.0"},
+				Code:      "12028", Severity: gpuhealthv1alpha1.SeverityInfo, Action: gpuhealthv1alpha1.ActionNone,
+				Message: "Link 32 egress non-posted PRIV error (First) (Correctable; correctable; the driver corrected it)",
+			}, {
+				Source: gpuhealthv1alpha1.SourceKmsg, Check: gpuhealthv1alpha1.CheckSXID,
+				Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentNVSwitch, ID: "0004:00:00.0"},
+				Code:      "26006", Severity: gpuhealthv1alpha1.SeverityFatal, Action: gpuhealthv1alpha1.ActionRebootNode,
+				Message: "SOE HALTED (no severity flag; " + sxidSOE.why + ")",
+			}},
+		},
+		{
 			name:     "Malformed and foreign lines between findings are skipped.",
 			existing: []string{lineXID79, lineMalform, lineOther, "garbage"},
 			appended: []string{lineXID48},

@@ -115,7 +115,7 @@ func (p *Pipeline) rememberBase(name string, base int64) {
 	if e, ok := p.entries[name]; ok && e.rec.Base < 0 {
 		e.rec.Base = base
 		e.gen++
-		p.persistLocked(name, e)
+		_ = p.persistLocked(name, e) // logged; the status write goes ahead
 	}
 }
 
