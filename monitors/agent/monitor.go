@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/monitors/kmsg"
 	"github.com/gpuhealth/gpuhealth/monitors/pipeline"
 	"github.com/gpuhealth/gpuhealth/monitors/spool"
 )
@@ -71,20 +74,29 @@ func New(ctx context.Context, cfg Config, restConfig *rest.Config, scheme *runti
 	if len(replay) > 0 {
 		log.Info("Replaying findings the apiserver had not acknowledged", "records", len(replay))
 	}
+	// The kmsg source keeps a cursor in the spool directory: its counts are
+	// published only once a cursor that covers them is durable.
+	var checkpointed map[gpuhealthv1alpha1.Source]uint64
+	if slices.Contains(cfg.SourcesOrDefault(), "kmsg") {
+		checkpointed = map[gpuhealthv1alpha1.Source]uint64{
+			gpuhealthv1alpha1.SourceKmsg: kmsg.CommittedGeneration(dir, ""),
+		}
+	}
 	p, err := pipeline.New(pipeline.Options{
-		NodeName: cfg.NodeName,
-		Client:   c,
-		Spool:    sp,
-		Replay:   replay,
-		Window:   cfg.Publish.Window.Duration,
-		Debounce: cfg.DebounceRules(),
-		Log:      log.WithName("pipeline"),
+		NodeName:     cfg.NodeName,
+		Client:       c,
+		Spool:        sp,
+		Replay:       replay,
+		Window:       cfg.Publish.Window.Duration,
+		Debounce:     cfg.DebounceRules(),
+		Log:          log.WithName("pipeline"),
+		Checkpointed: checkpointed,
 	})
 	if err != nil {
 		return nil, err
 	}
 	m := &Monitor{pipeline: p, log: log}
-	deps := sourceDeps{stateDir: dir, log: log, restConfig: rc}
+	deps := sourceDeps{stateDir: dir, log: log, restConfig: rc, sync: p.Sync, seal: p.Seal}
 	if needsNode(cfg) {
 		// A cache of this node only: the imex source asks for its labels
 		// every interval without a request to the apiserver.

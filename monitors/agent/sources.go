@@ -25,7 +25,11 @@ type sourceDeps struct {
 	// ComputeDomain daemon pods of this node with it. Nil in tests that
 	// build sources without an apiserver: then no daemon pod is looked up.
 	restConfig *rest.Config
-	log        logr.Logger
+	// sync and seal are the pipeline's Sync and Seal, which the kmsg
+	// source calls around each cursor write.
+	sync func(gen uint64) error
+	seal func(gen uint64)
+	log  logr.Logger
 }
 
 // needsNode reports whether a configured source reads the node's labels.
@@ -66,7 +70,7 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 			}
 			out = append(out, nv)
 		case "kmsg":
-			k := &kmsg.Source{Path: cfg.Kmsg.Path, StateDir: deps.stateDir}
+			k := &kmsg.Source{Path: cfg.Kmsg.Path, StateDir: deps.stateDir, Sync: deps.sync, Seal: deps.seal}
 			if nv != nil {
 				k.Resolver = nv.ResolvePCI
 			}
