@@ -230,12 +230,12 @@ func TestEventTableColumns(t *testing.T) {
 		}
 	}
 	g.Expect(names).To(Equal([]string{"Name", "Node", "Source", "Check", "Code", "Severity", "Action", "Count", "Phase", "Age"}))
-	g.Expect(wide).To(Equal([]string{"Component", "Message"}), "-o wide adds the component and the message")
+	g.Expect(wide).To(Equal([]string{"Component", "Instance", "Message"}), "-o wide adds the component, its MIG instance and the message")
 	g.Expect(table.Rows).To(HaveLen(1))
 	cells := table.Rows[0].Cells
 	g.Expect(cells[:9]).To(Equal([]any{ev.Name, "table-node", "kmsg", "XID", "79", "Fatal", "RebootNode", float64(3), "Active"}))
 	g.Expect(cells[9]).To(MatchRegexp(`^[0-9]+s$`), "age of a new event")
-	g.Expect(cells[10:]).To(Equal([]any{"GPU-aaaa", "GPU has fallen off the bus."}))
+	g.Expect(cells[10:]).To(Equal([]any{"GPU-aaaa", nil, "GPU has fallen off the bus."}))
 }
 
 // TestEveryFieldIsDocumented walks the generated CRDs: every property must

@@ -134,6 +134,16 @@ func TestSchemaRejectsInvalidObjects(t *testing.T) {
 			want:   []string{"code of an XID finding must be the XID number"},
 		},
 		{
+			name: "XID event whose code has six digits", object: validEvent,
+			mutate: func(u *unstructured.Unstructured) { set(u, "100000", "spec", "code") },
+			want:   []string{"code of an XID finding must be the XID number (1 to 5 digits"},
+		},
+		{
+			name: "event whose MIG instance is not the driver's form", object: validEvent,
+			mutate: func(u *unstructured.Unstructured) { set(u, "instance 1", "spec", "component", "instance") },
+			want:   []string{`instance must be "GPU-I:<n>" or "GPU-I:<n> GPU-CI:<n>"`},
+		},
+		{
 			name: "event code with spaces", object: validEvent,
 			mutate: func(u *unstructured.Unstructured) {
 				set(u, "NVLinkErrors", "spec", "check")
