@@ -20,7 +20,7 @@ const (
 )
 
 // Check names what was checked: the kind of fault a finding is about.
-// +kubebuilder:validation:Enum=XID;SXID;GPULost;ECC;NVLinkErrors;NVLinkDown;Fabric;NVSwitch;IMEXDaemon;IMEXDomain;Recertification;Manual
+// +kubebuilder:validation:Enum=XID;SXID;GPULost;ECC;NVLinkErrors;NVLinkDown;Fabric;NVSwitch;IMEXDaemon;IMEXDomain;PCIe;InfoROM;Thermal;Power;Recertification;Manual
 type Check string
 
 const (
@@ -44,6 +44,14 @@ const (
 	CheckIMEXDaemon Check = "IMEXDaemon"
 	// CheckIMEXDomain is the node's IMEX domain DOWN or DEGRADED.
 	CheckIMEXDomain Check = "IMEXDomain"
+	// CheckPCIe is the GPU's PCIe link: replays (retransmissions) over their limit.
+	CheckPCIe Check = "PCIe"
+	// CheckInfoROM is the GPU's InfoROM (which keeps its ECC and retired-page records) found corrupt.
+	CheckInfoROM Check = "InfoROM"
+	// CheckThermal is a GPU slowed or over its limits for heat (thermal violations, clocks events).
+	CheckThermal Check = "Thermal"
+	// CheckPower is the GPU's power telemetry failing.
+	CheckPower Check = "Power"
 	// CheckRecertification is the result of a recertification Job.
 	CheckRecertification Check = "Recertification"
 	// CheckManual is a finding a human recorded.

@@ -134,6 +134,7 @@ var (
 	degRecertify   = outcome{gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify}
 	degReset       = outcome{gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionResetGPU}
 	degSupport     = outcome{gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionContactSupport}
+	degNone        = outcome{gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionNone}
 )
 
 // Checks the table uses, shortened.
@@ -146,6 +147,10 @@ const (
 	checkSXID         = gpuhealthv1alpha1.CheckSXID
 	checkFabric       = gpuhealthv1alpha1.CheckFabric
 	checkIMEXDaemon   = gpuhealthv1alpha1.CheckIMEXDaemon
+	checkPCIe         = gpuhealthv1alpha1.CheckPCIe
+	checkInfoROM      = gpuhealthv1alpha1.CheckInfoROM
+	checkThermal      = gpuhealthv1alpha1.CheckThermal
+	checkPower        = gpuhealthv1alpha1.CheckPower
 )
 
 // incidentRules is every DCGM health error code a health check of the
@@ -185,26 +190,28 @@ var incidentRules = map[HealthCode]incidentRule{
 	132: {name: "DCGM_FR_UNCORRECTABLE_ROW_REMAP_LIMIT", priority: priorityTriage, check: checkECC, outcome: degSupport,
 		why: "the GPU passed DCGM's limit of rows remapped for uncorrectable errors; DCGM grades it a warning and asks for a field diagnostic"},
 	// InfoROM (INFOROM watch).
-	9: {name: "DCGM_FR_CORRUPT_INFOROM", priority: priorityTriage, check: checkECC, outcome: degSupport,
-		why: "the InfoROM, which keeps the GPU's ECC and retired-page records, is corrupt; DCGM: flash it, which needs a person; no InfoROM check exists, so it is reported with the memory findings"},
+	9: {name: "DCGM_FR_CORRUPT_INFOROM", priority: priorityTriage, check: checkInfoROM, outcome: degSupport,
+		why: "the InfoROM, which keeps the GPU's ECC and retired-page records, is corrupt; DCGM: flash it, which needs a person"},
 	// PCIe (PCIE watch).
-	3: {name: "DCGM_FR_PCI_REPLAY_RATE", priority: priorityIsolate, check: checkNVLinkErrors, outcome: degRecertify,
-		why: "PCIe replays over DCGM's limit (8 a minute): a link error counter rising too fast, judged like the NVLink ones (no PCIe check exists); DCGM grades it a warning, so Degraded"},
-	// Thermal and power (THERMAL and POWER watches): not reported.
-	10: {name: "DCGM_FR_CLOCKS_EVENT_THERMAL", priority: priorityMonitor,
-		why: "clocks slowed for heat: a performance event DCGM only monitors, and no check exists for it"},
-	11: {name: "DCGM_FR_POWER_UNREADABLE", priority: priorityMonitor,
-		why: "the power reading failed: telemetry DCGM only monitors, and no check exists for it"},
+	3: {name: "DCGM_FR_PCI_REPLAY_RATE", priority: priorityIsolate, check: checkPCIe, outcome: degRecertify,
+		why: "PCIe replays over DCGM's limit (8 a minute): a link error counter rising too fast, judged like the NVLink ones; DCGM grades it a warning, so Degraded"},
+	// Thermal and power (THERMAL and POWER watches): DCGM only monitors
+	// them, so they are Degraded with no action: visible (a slow GPU holds
+	// back every rank of a collective), acted on only by a policy rule.
+	10: {name: "DCGM_FR_CLOCKS_EVENT_THERMAL", priority: priorityMonitor, check: checkThermal, outcome: degNone,
+		why: "clocks slowed for heat: a performance event DCGM only monitors"},
+	11: {name: "DCGM_FR_POWER_UNREADABLE", priority: priorityMonitor, check: checkPower, outcome: degNone,
+		why: "the power reading failed: telemetry DCGM only monitors, and power capping cannot work without it"},
 	12: {name: "DCGM_FR_CLOCKS_EVENT_POWER", priority: priorityMonitor,
-		why: "clocks slowed to meet the power limit: normal under load; DCGM only monitors it"},
-	40: {name: "DCGM_FR_THERMAL_VIOLATIONS", priority: priorityMonitor,
+		why: "not reported: clocks slowed to meet the power limit is normal under load; DCGM only monitors it"},
+	40: {name: "DCGM_FR_THERMAL_VIOLATIONS", priority: priorityMonitor, check: checkThermal, outcome: degNone,
 		why: "thermal violations (DCGM before 4.6 raises it from XID 62): a performance event DCGM only monitors; the XID event reports XID 62 itself"},
-	41: {name: "DCGM_FR_THERMAL_VIOLATIONS_TS", priority: priorityMonitor,
+	41: {name: "DCGM_FR_THERMAL_VIOLATIONS_TS", priority: priorityMonitor, check: checkThermal, outcome: degNone,
 		why: "as DCGM_FR_THERMAL_VIOLATIONS"},
-	42: {name: "DCGM_FR_TEMP_VIOLATION", priority: priorityMonitor,
+	42: {name: "DCGM_FR_TEMP_VIOLATION", priority: priorityMonitor, check: checkThermal, outcome: degNone,
 		why: "a temperature over a user-set maximum: DCGM only monitors it"},
-	43: {name: "DCGM_FR_CLOCKS_EVENT_VIOLATION", priority: priorityMonitor,
-		why: "a non-benign clocks event: DCGM only monitors it"},
+	43: {name: "DCGM_FR_CLOCKS_EVENT_VIOLATION", priority: priorityMonitor, check: checkThermal, outcome: degNone,
+		why: "a non-benign clocks event (hardware slowdown, thermal or power brake): DCGM only monitors it"},
 	// NVLink (NVLINK watch).
 	13: {name: "DCGM_FR_NVLINK_ERROR_THRESHOLD", priority: priorityIsolate, check: checkNVLinkErrors, outcome: degRecertify,
 		why: "NVLink CRC errors over DCGM's count but under 100/s; DCGM grades it a warning and says the link can still work"},

@@ -192,7 +192,7 @@ func TestIncidentToFinding(t *testing.T) {
 		},
 		{
 			name:     "an incident code the source does not map is not reported",
-			incident: Incident{Code: 10, Entity: Entity{Kind: EntityGPU, ID: 0}},
+			incident: Incident{Code: 12, Entity: Entity{Kind: EntityGPU, ID: 0}},
 			wantOK:   false,
 		},
 	}

@@ -362,7 +362,7 @@ func TestHealthIncidents(t *testing.T) {
 		},
 		{
 			name:     "an unmapped code is ignored",
-			incident: Incident{Code: 10, Message: "Detected clocks event due to thermal violation in GPU 0.", Entity: Entity{Kind: EntityGPU, ID: 0}},
+			incident: Incident{Code: 12, Message: "Detected clocks event due to power violation in GPU 0.", Entity: Entity{Kind: EntityGPU, ID: 0}},
 		},
 	}
 	for _, tt := range tests {

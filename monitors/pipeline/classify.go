@@ -27,6 +27,10 @@ var checkDefaults = map[gpuhealthv1alpha1.Check]struct {
 	gpuhealthv1alpha1.CheckNVLinkDown:   {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
 	gpuhealthv1alpha1.CheckNVSwitch:     {gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRecertify},
 	gpuhealthv1alpha1.CheckECC:          {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
+	gpuhealthv1alpha1.CheckPCIe:         {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
+	gpuhealthv1alpha1.CheckInfoROM:      {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionContactSupport},
+	gpuhealthv1alpha1.CheckThermal:      {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionNone},
+	gpuhealthv1alpha1.CheckPower:        {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionNone},
 }
 
 // maxMessage bounds the message copied into the event's spec.

@@ -46,7 +46,7 @@ func TestClassify(t *testing.T) {
 		{name: "an IMEX daemon fault is Degraded",
 			in: monitors.Finding{Check: gpuhealthv1alpha1.CheckIMEXDaemon, Code: "UNAVAILABLE"}, wantSeverity: gpuhealthv1alpha1.SeverityDegraded, wantAction: gpuhealthv1alpha1.ActionRecertify},
 		{name: "a check with no default is Degraded and asks for recertification",
-			in: monitors.Finding{Check: "Thermal", Code: "HOT"}, wantSeverity: gpuhealthv1alpha1.SeverityDegraded, wantAction: gpuhealthv1alpha1.ActionRecertify},
+			in: monitors.Finding{Check: "Acoustic", Code: "LOUD"}, wantSeverity: gpuhealthv1alpha1.SeverityDegraded, wantAction: gpuhealthv1alpha1.ActionRecertify},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
