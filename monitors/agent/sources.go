@@ -75,6 +75,7 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 				k.Resolver = nv.ResolvePCI
 			}
 			if dedup != nil {
+				k.Reading = dedup.setKernelLog
 				out = append(out, xidTap{Source: k, d: dedup})
 				continue
 			}

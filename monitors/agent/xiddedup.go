@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,7 +57,14 @@ type xidDedup struct {
 
 	mu   sync.Mutex
 	seen map[xidKey][]arrival // published copies not matched yet, oldest first
+
+	// kernelLog is true while the kmsg source reads the kernel log: only
+	// then does NVML's copy of a line-judged XID defer to it.
+	kernelLog atomic.Bool
 }
+
+// setKernelLog is the kmsg source's Reading callback.
+func (d *xidDedup) setKernelLog(reading bool) { d.kernelLog.Store(reading) }
 
 func newXIDDedup(clk clock.PassiveClock) *xidDedup {
 	if clk == nil {
@@ -114,7 +122,7 @@ func (s xidTap) Run(ctx context.Context, report monitors.Reporter) error {
 			xidDuplicates.Inc()
 			return
 		}
-		if name == string(gpuhealthv1alpha1.SourceNVML) {
+		if name == string(gpuhealthv1alpha1.SourceNVML) && s.d.kernelLog.Load() {
 			deferToKernelLog(&f)
 		}
 		report(f)
@@ -123,10 +131,11 @@ func (s xidTap) Run(ctx context.Context, report monitors.Reporter) error {
 
 // deferToKernelLog marks NVML's copy of an XID judged from the driver's line
 // (the NVLink5 registers of 144–150, XID 154's recovery action) as Info:
-// NVML's event carries only the number, and with the kmsg source running the
-// kernel log's copy, which carries the line, decides. Without the kmsg
-// source NVML's copy is judged on its own (api/xid says what an XID without
-// its line means).
+// NVML's event carries only the number, and while the kmsg source reads the
+// kernel log its copy, which carries the line, decides. When the kernel log
+// cannot be read (the kmsg source is not configured, or unavailable without
+// privileges) NVML's copy is judged on its own (api/xid says what an XID
+// without its line means).
 func deferToKernelLog(f *monitors.Finding) {
 	if f.Check != gpuhealthv1alpha1.CheckXID || f.Resolved || f.Severity != "" {
 		return

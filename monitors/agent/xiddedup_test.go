@@ -168,3 +168,31 @@ func TestNVMLCopyOfALineJudgedXIDDefersToTheKernelLog(t *testing.T) {
 		}
 	}
 }
+
+// TestNVMLCopyDefersOnlyWhileTheKernelLogIsRead: with the kmsg source
+// unable to read the kernel log (no privileges), NVML's copy of a
+// line-judged XID is judged on its own, not silenced.
+func TestNVMLCopyDefersOnlyWhileTheKernelLogIsRead(t *testing.T) {
+	d := newXIDDedup(clocktesting.NewFakeClock(t0))
+	src := pushSource{name: "nvml", in: make(chan monitors.Finding), ack: make(chan struct{})}
+	published := make(chan monitors.Finding, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = xidTap{Source: src, d: d}.Run(ctx, func(f monitors.Finding) { published <- f }) }()
+	send := func() monitors.Finding {
+		src.in <- occurrence(gpuhealthv1alpha1.SourceNVML, gpuA, "145")
+		<-src.ack
+		return <-published
+	}
+	if f := send(); f.Severity != "" {
+		t.Errorf("without the kernel log NVML's XID 145 = %s; want it left to the catalog", f.Severity)
+	}
+	d.setKernelLog(true)
+	if f := send(); f.Severity != gpuhealthv1alpha1.SeverityInfo {
+		t.Errorf("while the kernel log is read NVML's XID 145 = %q; want Info", f.Severity)
+	}
+	d.setKernelLog(false)
+	if f := send(); f.Severity != "" {
+		t.Errorf("after the kernel log stopped NVML's XID 145 = %s; want it left to the catalog", f.Severity)
+	}
+}

@@ -135,6 +135,9 @@ type Source struct {
 	// so that a crash never counts an occurrence twice (the pipeline's
 	// Seal).
 	Seal func(gen uint64)
+	// Reading, when set, is told true once the log is open and being read,
+	// and false when Run returns.
+	Reading func(bool)
 }
 
 // Name returns "kmsg".
@@ -158,6 +161,10 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 		return fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer f.Close()
+	if s.Reading != nil {
+		s.Reading(true)
+		defer s.Reading(false)
+	}
 	// Closing the file is what ends a read blocked on /dev/kmsg or a FIFO:
 	// both are in the runtime's poller, so Close wakes the reader.
 	stopClose := context.AfterFunc(ctx, func() { _ = f.Close() })

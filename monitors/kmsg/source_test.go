@@ -3,8 +3,10 @@ package kmsg
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -441,4 +443,28 @@ func TestSourceReadsDevKmsg(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ok).To(BeTrue())
 	g.Expect(c.BootID).To(Equal(bootID))
+}
+
+func TestSourceSaysWhileItReads(t *testing.T) {
+	g := NewWithT(t)
+	fx := newFixture(t, lineXID79)
+	var states []bool
+	var mu sync.Mutex
+	src := fx.source()
+	src.Reading = func(b bool) { mu.Lock(); states = append(states, b); mu.Unlock() }
+	r := start(t, src)
+	g.Expect(r.next(g).Code).To(Equal("79"))
+	r.stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(states).To(Equal([]bool{true, false}))
+
+	// A log that cannot be opened never says it reads.
+	states = nil
+	missing := fx.source()
+	missing.Path = filepath.Join(fx.dir, "no-such-log")
+	missing.Reading = func(b bool) { states = append(states, b) }
+	err := missing.Run(context.Background(), func(monitors.Finding) {})
+	g.Expect(errors.Is(err, monitors.ErrUnavailable)).To(BeTrue())
+	g.Expect(states).To(BeEmpty())
 }
