@@ -111,9 +111,11 @@ func domainFrom(u *unstructured.Unstructured) (*Domain, error) {
 	return d, nil
 }
 
-// cliqueFrom decodes a ComputeDomainClique. The owning domain's UID comes
-// from the name ("<computeDomainUID>.<cliqueID>"; a UID has no dots, the
-// clique ID has one) or, failing that, from an owner reference.
+// cliqueFrom decodes a ComputeDomainClique. The driver labels each clique
+// with its domain's UID (NodeLabel) and its clique ID (PodCliqueLabel); a
+// clique without those labels is read from its name
+// ("<computeDomainUID>.<cliqueID>": a UID has no dots, the clique ID has
+// one). Its owner references are the daemon Pods, not the domain.
 func cliqueFrom(u *unstructured.Unstructured) (*Clique, error) {
 	var o cliqueObject
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &o); err != nil {
@@ -123,10 +125,11 @@ func cliqueFrom(u *unstructured.Unstructured) (*Clique, error) {
 	if uid, clique, ok := strings.Cut(u.GetName(), "."); ok {
 		c.DomainUID, c.CliqueID = types.UID(uid), clique
 	}
-	for _, ref := range u.GetOwnerReferences() {
-		if ref.Kind == ComputeDomainGVK.Kind {
-			c.DomainUID = ref.UID
-		}
+	if uid := u.GetLabels()[NodeLabel]; uid != "" {
+		c.DomainUID = types.UID(uid)
+	}
+	if clique := u.GetLabels()[PodCliqueLabel]; clique != "" {
+		c.CliqueID = clique
 	}
 	for _, m := range o.Daemons {
 		if m.NodeName == "" {

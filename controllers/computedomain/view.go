@@ -331,10 +331,13 @@ func (v *View) remove(ctx context.Context, gvk schema.GroupVersionKind, o any) {
 }
 
 // reindex rebuilds the node index and returns the nodes whose entries
-// changed. A domain with clique objects is listed by its cliques alone (the
-// driver's source of truth); one without, by its status.nodes. Rebuilding
-// the whole index is a few thousand map writes for a large cluster, and
-// these objects change at human or job-scheduling pace. Callers hold mu.
+// changed. A domain with clique objects is listed by its cliques (the
+// driver's source of truth for fabric-attached members) plus the members
+// its status.nodes lists without a clique (cliqueID "": nodes without
+// NVLink fabric never appear in a clique); one without cliques, by its
+// status.nodes. Rebuilding the whole index is a few thousand map writes
+// for a large cluster, and these objects change at human or
+// job-scheduling pace. Callers hold mu.
 func (v *View) reindex() []string {
 	withCliques := map[types.UID]bool{}
 	next := map[string][]Listing{}
@@ -349,10 +352,10 @@ func (v *View) reindex() []string {
 		}
 	}
 	for _, d := range v.domains {
-		if withCliques[d.UID] {
-			continue
-		}
 		for _, m := range d.Nodes {
+			if withCliques[d.UID] && (m.CliqueID != "" || slices.ContainsFunc(next[m.NodeName], func(l Listing) bool { return l.DomainUID == d.UID })) {
+				continue // a fabric-attached member: its clique lists it, or it left
+			}
 			next[m.NodeName] = append(next[m.NodeName], Listing{DomainUID: d.UID, CliqueID: m.CliqueID, Trace: gpuhealthv1alpha1.TraceStatusEntry, Status: m.Status})
 		}
 	}

@@ -134,9 +134,22 @@ func TestViewComesUpWhenCRDsAreInstalledLater(t *testing.T) {
 	g.Expect(v.Listed("cd-n2")).To(BeEmpty())
 	g.Eventually(func() int { return w.count("cd-n2") }, 10*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2), "the node that dropped out is told")
 
+	// A member without NVLink fabric is in no clique: status.nodes alone
+	// lists it (cliqueID "", index -1), beside the clique's members.
+	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: "default", Name: "train"}, d)).To(Succeed())
+	d.Object["status"] = map[string]any{"status": "Ready", "nodes": []any{
+		map[string]any{"name": "cd-n1", "cliqueID": "cluster.1", "index": int64(0), "status": "Ready", "ipAddress": "10.0.0.1"},
+		map[string]any{"name": "cd-n2", "cliqueID": "cluster.1", "index": int64(1), "status": "Ready", "ipAddress": "10.0.0.2"},
+		map[string]any{"name": "cd-n4", "cliqueID": "", "index": int64(-1), "status": "Ready", "ipAddress": "10.0.0.4"},
+	}}
+	g.Expect(k8sClient.Status().Update(ctx, d)).To(Succeed())
+	g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{"cd-n1", "cd-n3", "cd-n4"}))
+	g.Expect(v.Listed("cd-n4")).To(Equal([]Listing{{DomainUID: uid, CliqueID: "", Trace: gpuhealthv1alpha1.TraceStatusEntry, Status: "Ready"}}))
+	g.Expect(v.Listed("cd-n2")).To(BeEmpty(), "a fabric-attached entry its clique does not list has left")
+
 	// The clique goes: back to status.nodes.
 	g.Expect(k8sClient.Delete(ctx, cl)).To(Succeed())
-	g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{"cd-n1", "cd-n2"}))
+	g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{"cd-n1", "cd-n2", "cd-n4"}))
 
 	// The driver is removed: the view forgets.
 	g.Expect(envtest.UninstallCRDs(testEnv.Config, opts)).To(Succeed())
@@ -151,10 +164,13 @@ func TestCliqueFromName(t *testing.T) {
 		wantUID   types.UID
 		wantClq   string
 		ownerUID  types.UID
+		labelUID  string
+		labelClq  string
 		wantNodes int
 	}{
 		{name: "the name splits at the first dot into the domain UID and the clique ID", object: "4f1c-aa.cluster-uuid.3", wantUID: "4f1c-aa", wantClq: "cluster-uuid.3", wantNodes: 1},
-		{name: "an owner reference wins over the name", object: "x.c.1", ownerUID: "owner-uid", wantUID: "owner-uid", wantClq: "c.1", wantNodes: 1},
+		{name: "the driver's labels win over the name", object: "x.c.1", labelUID: "label-uid", labelClq: "cluster-uuid.7", wantUID: "label-uid", wantClq: "cluster-uuid.7", wantNodes: 1},
+		{name: "owner references (the daemon pods) say nothing of the domain", object: "4f1c-aa.c.1", ownerUID: "pod-uid", wantUID: "4f1c-aa", wantClq: "c.1", wantNodes: 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,7 +181,10 @@ func TestCliqueFromName(t *testing.T) {
 			}}}
 			u.SetName(tc.object)
 			if tc.ownerUID != "" {
-				u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "resource.nvidia.com/v1beta1", Kind: "ComputeDomain", Name: "d", UID: tc.ownerUID}})
+				u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "computedomain-daemon-x", UID: tc.ownerUID}})
+			}
+			if tc.labelUID != "" {
+				u.SetLabels(map[string]string{NodeLabel: tc.labelUID, PodCliqueLabel: tc.labelClq})
 			}
 			c, err := cliqueFrom(u)
 			g.Expect(err).NotTo(HaveOccurred())

@@ -66,8 +66,12 @@ func (r *Reconciler) observeComputeDomain(ctx context.Context, node *corev1.Node
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		podDomain := types.UID(p.Labels[computedomain.NodeLabel])
 		if m.uid == "" {
-			m.uid = types.UID(p.Labels[computedomain.NodeLabel])
+			m.uid = podDomain
+		}
+		if podDomain != m.uid {
+			continue // a pod of the node's previous domain, still terminating
 		}
 		if m.cliqueID == "" {
 			m.cliqueID = p.Labels[computedomain.PodCliqueLabel]

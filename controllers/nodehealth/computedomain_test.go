@@ -405,6 +405,31 @@ func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
 	h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(ContainElement(gpuhealthv1alpha1.ReasonMemberLeft))
 }
 
+// TestAPreviousDomainsPodIsNoTraceOfTheNext: the node now carries domain
+// B's label while domain A's daemon pod (terminating) and clique entry are
+// still there; neither counts as a trace of B.
+func TestAPreviousDomainsPodIsNoTraceOfTheNext(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(*gpuhealthv1alpha1.RemediationPolicySpec) {})
+	e := h.withComputeDomains()
+	a, b := e.domain("a"), e.domain("b")
+	clique := h.label + ".1"
+	n := h.cliqueNode("a", clique)
+	e.join(n, a, clique)
+	e.waitListed(n, true)
+	node := h.getNode(n)
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels[computedomain.NodeLabel] = string(b)
+	h.g.Expect(k8sClient.Patch(h.ctx, node, patch)).To(Succeed())
+	h.g.Eventually(func() string { return h.getNode(n).Labels[computedomain.NodeLabel] }).Should(Equal(string(b)))
+
+	h.reconcile(n)
+	cd := h.nodeHealth(n).Status.ComputeDomain
+	h.g.Expect(cd).NotTo(BeNil())
+	h.g.Expect(cd.UID).To(Equal(string(b)))
+	h.g.Expect(cd.Traces).To(Equal([]gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceNodeLabel}), "domain A's pod and clique entry are not B's")
+}
+
 // TestLeaveStuckClearsWhenReleased: a human releases a node whose leave is
 // stuck; the condition does not outlive the drain.
 func TestLeaveStuckClearsWhenReleased(t *testing.T) {
