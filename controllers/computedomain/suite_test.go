@@ -2,7 +2,6 @@ package computedomain
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,10 +17,9 @@ var (
 	testEnv    *envtest.Environment
 )
 
-// testCRDs are our own ComputeDomain and ComputeDomainClique CRDs, written
-// from the documented fields. The suite starts without them: a cluster
-// without NVIDIA's driver is the case the view must handle first.
-var testCRDs = filepath.Join("testdata", "crd")
+// The suite starts without the ComputeDomain CRDs: a cluster without
+// NVIDIA's driver is the case the view must handle first. Tests install
+// them in each driver shape (testenv.DriverShapes).
 
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, func(e *testenv.Env) error {

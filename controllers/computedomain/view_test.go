@@ -2,6 +2,7 @@ package computedomain
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/hack/testenv"
 )
 
 // woken collects the node names the view announces.
@@ -84,77 +87,81 @@ func newClique(ns string, domainUID types.UID, cliqueID string, nodes ...string)
 }
 
 // TestViewComesUpWhenCRDsAreInstalledLater starts the view on a cluster
-// without the ComputeDomain CRDs, installs them, and checks that the view
-// picks up domains and cliques without a restart, falls back to
-// status.nodes for a domain without cliques, and forgets everything when
-// the CRDs go away.
+// without the ComputeDomain CRDs, installs them in each driver shape, and
+// checks that the view picks up domains (and cliques, where the shape has
+// them) without a restart, lists a domain's members from status.nodes when
+// it has no cliques and from its cliques plus its no-fabric entries when it
+// has, and forgets everything when the CRDs go away.
 func TestViewComesUpWhenCRDsAreInstalledLater(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	v, w := startView(t, g)
+	for _, shape := range testenv.DriverShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			v, w := startView(t, g)
+			prefix := strings.ReplaceAll(shape.Name, ".", "-") + "-"
+			n1, n2, n3, n4 := prefix+"n1", prefix+"n2", prefix+"n3", prefix+"n4"
 
-	// No CRDs: no view, and nothing listed.
-	g.Expect(v.Available()).To(BeFalse())
-	g.Expect(v.Listed("cd-n1")).To(BeEmpty())
-	g.Expect(testutil.ToFloat64(viewAvailable)).To(BeZero())
+			// No CRDs: no view, and nothing listed.
+			g.Expect(v.Available()).To(BeFalse())
+			g.Expect(v.Listed(n1)).To(BeEmpty())
+			g.Expect(testutil.ToFloat64(viewAvailable)).To(BeZero())
 
-	// The driver is installed.
-	opts := envtest.CRDInstallOptions{Paths: []string{testCRDs}, ErrorIfPathMissing: true}
-	_, err := envtest.InstallCRDs(testEnv.Config, opts)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = envtest.UninstallCRDs(testEnv.Config, opts) })
-	g.Eventually(v.Available, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
-	g.Expect(testutil.ToFloat64(viewAvailable)).To(Equal(1.0))
+			// The driver is installed.
+			g.Expect(testenv.UseDriverShape(testEnv.Config, k8sClient, shape)).To(Succeed())
+			uninstall := func() {
+				_ = envtest.UninstallCRDs(testEnv.Config, envtest.CRDInstallOptions{Paths: []string{shape.Dir}})
+			}
+			t.Cleanup(uninstall)
+			g.Eventually(v.Available, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+			g.Expect(testutil.ToFloat64(viewAvailable)).To(Equal(1.0))
 
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nvidia-dra"}}
-	g.Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nvidia-dra"}}
+			if err := k8sClient.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+				g.Expect(err).NotTo(HaveOccurred())
+			}
 
-	// A domain with status.nodes only (an older driver).
-	d := newDomain("default", "train")
-	g.Expect(k8sClient.Create(ctx, d)).To(Succeed())
-	d.Object["status"] = map[string]any{"status": "Ready", "nodes": []any{
-		map[string]any{"name": "cd-n1", "cliqueID": "cluster.1", "index": int64(0), "status": "Ready", "ipAddress": "10.0.0.1"},
-		map[string]any{"name": "cd-n2", "cliqueID": "cluster.1", "index": int64(1), "status": "Ready", "ipAddress": "10.0.0.2"},
-	}}
-	g.Expect(k8sClient.Status().Update(ctx, d)).To(Succeed())
-	uid := d.GetUID()
-	g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{"cd-n1", "cd-n2"}))
-	g.Expect(v.Listed("cd-n1")).To(Equal([]Listing{{DomainUID: uid, CliqueID: "cluster.1", Trace: gpuhealthv1alpha1.TraceStatusEntry, Status: "Ready"}}))
-	dom, ok := v.Domain(uid)
-	g.Expect(ok).To(BeTrue())
-	g.Expect(dom.Namespace + "/" + dom.Name + " " + dom.Status).To(Equal("default/train Ready"))
-	g.Expect(w.count("cd-n1")).To(BeNumerically(">", 0), "the node controller is told")
+			// A domain with status.nodes only, as the driver writes it: a member
+			// without NVLink fabric has cliqueID "" and index -1.
+			d := newDomain("default", prefix+"train")
+			g.Expect(k8sClient.Create(ctx, d)).To(Succeed())
+			t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), d) })
+			d.Object["status"] = map[string]any{"status": "Ready", "nodes": []any{
+				map[string]any{"name": n1, "cliqueID": "cluster.1", "index": int64(0), "status": "Ready", "ipAddress": "10.0.0.1"},
+				map[string]any{"name": n2, "cliqueID": "cluster.1", "index": int64(1), "status": "Ready", "ipAddress": "10.0.0.2"},
+				map[string]any{"name": n4, "cliqueID": "", "index": int64(-1), "status": "Ready", "ipAddress": "10.0.0.4"},
+			}}
+			g.Expect(k8sClient.Status().Update(ctx, d)).To(Succeed())
+			uid := d.GetUID()
+			g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{n1, n2, n4}))
+			g.Expect(v.Listed(n1)).To(Equal([]Listing{{DomainUID: uid, CliqueID: "cluster.1", Trace: gpuhealthv1alpha1.TraceStatusEntry, Status: "Ready"}}))
+			dom, ok := v.Domain(uid)
+			g.Expect(ok).To(BeTrue())
+			g.Expect(dom.Namespace + "/" + dom.Name + " " + dom.Status).To(Equal("default/" + prefix + "train Ready"))
+			g.Expect(w.count(n1)).To(BeNumerically(">", 0), "the node controller is told")
 
-	// Clique objects, when present, are the source of truth: cd-n2 is no
-	// longer listed (the clique does not have it) and cd-n3 is.
-	cl := newClique("nvidia-dra", uid, "cluster.1", "cd-n1", "cd-n3")
-	g.Expect(k8sClient.Create(ctx, cl)).To(Succeed())
-	g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{"cd-n1", "cd-n3"}))
-	g.Expect(v.Listed("cd-n1")[0].Trace).To(Equal(gpuhealthv1alpha1.TraceCliqueEntry))
-	g.Expect(v.Listed("cd-n2")).To(BeEmpty())
-	g.Eventually(func() int { return w.count("cd-n2") }, 10*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2), "the node that dropped out is told")
+			if shape.Cliques {
+				// Clique objects, when present, are the source of truth for the
+				// fabric-attached members: n2 is no longer listed (the clique does
+				// not have it), n3 is; n4, without fabric, stays from status.nodes.
+				cl := newClique("nvidia-dra", uid, "cluster.1", n1, n3)
+				g.Expect(k8sClient.Create(ctx, cl)).To(Succeed())
+				g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{n1, n3, n4}))
+				g.Expect(v.Listed(n1)[0].Trace).To(Equal(gpuhealthv1alpha1.TraceCliqueEntry))
+				g.Expect(v.Listed(n4)).To(Equal([]Listing{{DomainUID: uid, CliqueID: "", Trace: gpuhealthv1alpha1.TraceStatusEntry, Status: "Ready"}}))
+				g.Expect(v.Listed(n2)).To(BeEmpty(), "a fabric-attached entry its clique does not list has left")
+				g.Eventually(func() int { return w.count(n2) }, 10*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2), "the node that dropped out is told")
 
-	// A member without NVLink fabric is in no clique: status.nodes alone
-	// lists it (cliqueID "", index -1), beside the clique's members.
-	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: "default", Name: "train"}, d)).To(Succeed())
-	d.Object["status"] = map[string]any{"status": "Ready", "nodes": []any{
-		map[string]any{"name": "cd-n1", "cliqueID": "cluster.1", "index": int64(0), "status": "Ready", "ipAddress": "10.0.0.1"},
-		map[string]any{"name": "cd-n2", "cliqueID": "cluster.1", "index": int64(1), "status": "Ready", "ipAddress": "10.0.0.2"},
-		map[string]any{"name": "cd-n4", "cliqueID": "", "index": int64(-1), "status": "Ready", "ipAddress": "10.0.0.4"},
-	}}
-	g.Expect(k8sClient.Status().Update(ctx, d)).To(Succeed())
-	g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{"cd-n1", "cd-n3", "cd-n4"}))
-	g.Expect(v.Listed("cd-n4")).To(Equal([]Listing{{DomainUID: uid, CliqueID: "", Trace: gpuhealthv1alpha1.TraceStatusEntry, Status: "Ready"}}))
-	g.Expect(v.Listed("cd-n2")).To(BeEmpty(), "a fabric-attached entry its clique does not list has left")
+				// The clique goes: back to status.nodes.
+				g.Expect(k8sClient.Delete(ctx, cl)).To(Succeed())
+				g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{n1, n2, n4}))
+			}
 
-	// The clique goes: back to status.nodes.
-	g.Expect(k8sClient.Delete(ctx, cl)).To(Succeed())
-	g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{"cd-n1", "cd-n2", "cd-n4"}))
-
-	// The driver is removed: the view forgets.
-	g.Expect(envtest.UninstallCRDs(testEnv.Config, opts)).To(Succeed())
-	g.Eventually(v.Available, 20*time.Second, 50*time.Millisecond).Should(BeFalse())
-	g.Expect(v.Listed("cd-n1")).To(BeEmpty())
+			// The driver is removed: the view forgets.
+			uninstall()
+			g.Eventually(v.Available, 20*time.Second, 50*time.Millisecond).Should(BeFalse())
+			g.Expect(v.Listed(n1)).To(BeEmpty())
+		})
+	}
 }
 
 func TestCliqueFromName(t *testing.T) {

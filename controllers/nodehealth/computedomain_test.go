@@ -3,6 +3,8 @@ package nodehealth
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
+	"github.com/gpuhealth/gpuhealth/hack/testenv"
 )
 
 const driverNamespace = "nvidia-dra-driver"
@@ -63,20 +66,56 @@ func (r *refRecorder) on(kind, namespace, name string) []string {
 	return out
 }
 
-// cdEnv plays NVIDIA's DRA driver for one test: ComputeDomains, cliques,
-// node labels and daemon pods, and runs the view over them.
+// cdEnv plays NVIDIA's DRA driver for one test, in one of its API shapes:
+// ComputeDomains, cliques (v25.12 and later) or status.nodes entries
+// (v25.8), node labels and daemon pods, and runs the view over them.
 type cdEnv struct {
-	h    *harness
-	view *computedomain.View
-	rec  *refRecorder
+	h     *harness
+	shape testenv.DriverShape
+	view  *computedomain.View
+	rec   *refRecorder
 	// cliques holds the clique objects by "<uid>.<cliqueID>".
 	cliques map[string]*unstructured.Unstructured
+	// domains holds the ComputeDomain objects by UID.
+	domains map[types.UID]*unstructured.Unstructured
+}
+
+// joinTraces writes traces as the NodeHealth condition's message does.
+func joinTraces(ts []gpuhealthv1alpha1.MembershipTrace) string {
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = string(t)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// entry is the trace a membership list entry leaves in this shape.
+func (e *cdEnv) entry() gpuhealthv1alpha1.MembershipTrace {
+	if e.shape.Cliques {
+		return gpuhealthv1alpha1.TraceCliqueEntry
+	}
+	return gpuhealthv1alpha1.TraceStatusEntry
+}
+
+// traces returns the expected traces, sorted as NodeHealth lists them,
+// with CliqueEntry standing for this shape's list entry.
+func (e *cdEnv) traces(ts ...gpuhealthv1alpha1.MembershipTrace) []gpuhealthv1alpha1.MembershipTrace {
+	out := make([]gpuhealthv1alpha1.MembershipTrace, 0, len(ts))
+	for _, t := range ts {
+		if t == gpuhealthv1alpha1.TraceCliqueEntry {
+			t = e.entry()
+		}
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // withComputeDomains starts a cache and a ComputeDomain view for the
 // reconciler and records Events with their objects.
-func (h *harness) withComputeDomains() *cdEnv {
+func (h *harness) withComputeDomains(shape testenv.DriverShape) *cdEnv {
 	h.t.Helper()
+	h.g.Expect(testenv.UseDriverShape(testEnv.Config, k8sClient, shape)).To(Succeed())
 	c, err := cache.New(testEnv.Config, cache.Options{Scheme: testScheme})
 	h.g.Expect(err).NotTo(HaveOccurred())
 	disc, err := discovery.NewDiscoveryClientForConfig(testEnv.Config)
@@ -102,7 +141,7 @@ func (h *harness) withComputeDomains() *cdEnv {
 	}
 	rec := &refRecorder{}
 	h.r.ComputeDomains, h.r.Recorder = v, rec
-	return &cdEnv{h: h, view: v, rec: rec, cliques: map[string]*unstructured.Unstructured{}}
+	return &cdEnv{h: h, shape: shape, view: v, rec: rec, cliques: map[string]*unstructured.Unstructured{}, domains: map[types.UID]*unstructured.Unstructured{}}
 }
 
 // domain creates a Ready ComputeDomain in the default namespace.
@@ -112,7 +151,7 @@ func (e *cdEnv) domain(name string) types.UID {
 	u.SetGroupVersionKind(computedomain.ComputeDomainGVK)
 	u.SetNamespace("default")
 	u.SetName(e.h.label + "-" + name)
-	u.Object["spec"] = map[string]any{"numNodes": int64(0)}
+	u.Object["spec"] = map[string]any{"numNodes": int64(0), "channel": map[string]any{"resourceClaimTemplate": map[string]any{"name": u.GetName() + "-channel"}}}
 	e.h.g.Expect(k8sClient.Create(e.h.ctx, u)).To(Succeed())
 	e.h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), u) })
 	u.Object["status"] = map[string]any{"status": "Ready"}
@@ -121,6 +160,7 @@ func (e *cdEnv) domain(name string) types.UID {
 		d, _ := e.view.Domain(u.GetUID())
 		return d.Status
 	}, 10*time.Second, 20*time.Millisecond).Should(Equal("Ready"), "the view sees the domain")
+	e.domains[u.GetUID()] = u
 	return u.GetUID()
 }
 
@@ -131,17 +171,22 @@ func (e *cdEnv) domainName(uid types.UID) string {
 }
 
 // join makes node a member of the domain as the driver does: node label,
-// daemon pod, clique entry.
+// daemon pod, then the clique entry (v25.12 and later, where the daemon
+// also labels its pod with the clique) or the status.nodes entry (v25.8).
 func (e *cdEnv) join(node string, uid types.UID, clique string) {
 	e.h.t.Helper()
 	n := e.h.getNode(node)
 	patch := client.MergeFrom(n.DeepCopy())
 	n.Labels[computedomain.NodeLabel] = string(uid)
 	e.h.g.Expect(k8sClient.Patch(e.h.ctx, n, patch)).To(Succeed())
+	labels := map[string]string{computedomain.NodeLabel: string(uid)}
+	if e.shape.Cliques {
+		labels[computedomain.PodCliqueLabel] = clique
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: daemonPodName(node), Namespace: driverNamespace,
-			Labels: map[string]string{computedomain.NodeLabel: string(uid), computedomain.PodCliqueLabel: clique},
+			Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "apps/v1", Kind: "DaemonSet", Name: "computedomain-daemon-" + string(uid), UID: types.UID("ds-" + string(uid)), Controller: ptr.To(true),
 			}},
@@ -150,6 +195,12 @@ func (e *cdEnv) join(node string, uid types.UID, clique string) {
 	}
 	e.h.g.Expect(k8sClient.Create(e.h.ctx, pod)).To(Succeed())
 	e.h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	if !e.shape.Cliques {
+		e.editStatusNodes(uid, func(nodes []any) []any {
+			return append(nodes, map[string]any{"name": node, "cliqueID": clique, "index": int64(len(nodes)), "status": "Ready", "ipAddress": "10.1.0.1"})
+		})
+		return
+	}
 	key := string(uid) + "." + clique
 	cl, ok := e.cliques[key]
 	if !ok {
@@ -200,8 +251,37 @@ func (e *cdEnv) deleteDaemonPod(node string) {
 	e.h.g.Expect(client.IgnoreNotFound(k8sClient.Delete(e.h.ctx, pod, client.GracePeriodSeconds(0)))).To(Succeed())
 }
 
+// editStatusNodes rewrites the domain's status.nodes, as v25.8's daemons do.
+func (e *cdEnv) editStatusNodes(uid types.UID, edit func([]any) []any) {
+	e.h.t.Helper()
+	d := e.domains[uid]
+	e.h.g.Expect(k8sClient.Get(e.h.ctx, client.ObjectKeyFromObject(d), d)).To(Succeed())
+	st, _ := d.Object["status"].(map[string]any)
+	if st == nil {
+		st = map[string]any{"status": "Ready"}
+	}
+	nodes, _ := st["nodes"].([]any)
+	st["nodes"] = edit(nodes)
+	d.Object["status"] = st
+	e.h.g.Expect(k8sClient.Status().Update(e.h.ctx, d)).To(Succeed())
+}
+
+// removeCliqueEntry plays the driver dropping the node from the domain's
+// list: its clique (v25.12 and later) or status.nodes (v25.8).
 func (e *cdEnv) removeCliqueEntry(node string, uid types.UID, clique string) {
 	e.h.t.Helper()
+	if !e.shape.Cliques {
+		e.editStatusNodes(uid, func(nodes []any) []any {
+			var kept []any
+			for _, n := range nodes {
+				if n.(map[string]any)["name"] != node {
+					kept = append(kept, n)
+				}
+			}
+			return kept
+		})
+		return
+	}
 	cl := e.cliques[string(uid)+"."+clique]
 	e.h.g.Expect(k8sClient.Get(e.h.ctx, client.ObjectKeyFromObject(cl), cl)).To(Succeed())
 	var kept []any
@@ -230,109 +310,113 @@ func (h *harness) cliqueNode(name, clique string) string {
 // and each clique lets one node drain at a time, the waiting nodes name the
 // blocking budget, and the domains' owners see it in Events on the domain.
 func TestComputeDomainAndCliqueBudgets(t *testing.T) {
-	h := newHarness(t)
-	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
-		s.CircuitBreaker.Enabled = ptr.To(false) // four of eight nodes at once is the point here
-		s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(10))
-		s.Budgets.MaxUnavailablePerComputeDomain = ptr.To(intstrFromInt(1))
-		s.Budgets.MaxUnavailablePerClique = ptr.To(intstrFromInt(1))
-		s.Recertification.SoakWindow = dur("1h")
-	})
-	e := h.withComputeDomains()
-	d1, d2 := e.domain("d1"), e.domain("d2")
-	c1, c2 := h.label+".1", h.label+".2"
-	layout := []struct {
-		domain types.UID
-		clique string
-	}{{d1, c1}, {d1, c1}, {d1, c2}, {d1, c2}, {d2, c1}, {d2, c1}, {d2, c2}, {d2, c2}}
-	n := make([]string, len(layout))
-	for i, l := range layout {
-		n[i] = h.cliqueNode(fmt.Sprint("n", i+1), l.clique)
-		e.join(n[i], l.domain, l.clique)
+	for _, shape := range testenv.DriverShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			h := newHarness(t)
+			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+				s.CircuitBreaker.Enabled = ptr.To(false) // four of eight nodes at once is the point here
+				s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(10))
+				s.Budgets.MaxUnavailablePerComputeDomain = ptr.To(intstrFromInt(1))
+				s.Budgets.MaxUnavailablePerClique = ptr.To(intstrFromInt(1))
+				s.Recertification.SoakWindow = dur("1h")
+			})
+			e := h.withComputeDomains(shape)
+			d1, d2 := e.domain("d1"), e.domain("d2")
+			c1, c2 := h.label+".1", h.label+".2"
+			layout := []struct {
+				domain types.UID
+				clique string
+			}{{d1, c1}, {d1, c1}, {d1, c2}, {d1, c2}, {d2, c1}, {d2, c1}, {d2, c2}, {d2, c2}}
+			n := make([]string, len(layout))
+			for i, l := range layout {
+				n[i] = h.cliqueNode(fmt.Sprint("n", i+1), l.clique)
+				e.join(n[i], l.domain, l.clique)
+			}
+			for i := range n {
+				e.waitListed(n[i], true)
+			}
+
+			// Healthy members: status.computeDomain shows the membership.
+			for i := range n {
+				h.reconcile(n[i])
+			}
+			d1Name := e.domainName(d1)
+			h.g.Expect(h.nodeHealth(n[0]).Status.ComputeDomain).To(Equal(&gpuhealthv1alpha1.ComputeDomainMembership{
+				UID: string(d1), Namespace: "default", Name: d1Name, CliqueID: c1, Membership: gpuhealthv1alpha1.MembershipMember, DomainStatus: "Ready",
+				Traces: e.traces(gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod, gpuhealthv1alpha1.TraceNodeLabel),
+			}))
+
+			// Faults on n1, n2 (d1, c1), n5 (d2, c1) and n7 (d2, c2) at once. All
+			// are fenced at once: budgets gate draining, never the cordon.
+			for _, i := range []int{0, 1, 4, 6} {
+				h.fault(n[i], gpuhealthv1alpha1.CheckXID, "79")
+			}
+			for _, i := range []int{0, 1, 4, 6} {
+				h.reconcile(n[i])
+				h.g.Expect(h.getNode(n[i]).Spec.Unschedulable).To(BeTrue(), "fatal faults cordon at once")
+			}
+
+			// Quarantined → Draining for n1; it now waits to leave d1.
+			h.g.Expect(h.phase(n[0])).To(Equal(draining))
+			h.g.Expect(h.nodeHealth(n[0]).Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeaving))
+			h.g.Expect(h.nodeHealth(n[0]).Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonLeavingComputeDomain))
+
+			// n2 waits: d1 already has n1 out (and so has clique c1).
+			nh := h.nodeHealth(n[1])
+			h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
+			h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonWaitingForBudget))
+			h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
+			h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerComputeDomain 1 in ComputeDomain default/%s", d1Name)))
+			h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerClique 1 in clique %s", c1)))
+
+			// n5 waits for clique c1 alone: d2 has nobody out yet.
+			nh = h.nodeHealth(n[4])
+			h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
+			h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerClique))
+			h.g.Expect(nh.Status.Message).NotTo(ContainSubstring("maxUnavailablePerComputeDomain"))
+
+			// n7 (d2, c2) has room in both.
+			h.g.Expect(h.phase(n[6])).To(Equal(draining))
+
+			// The domains' owners see it on the ComputeDomain.
+			d2Name := e.domainName(d2)
+			h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(Equal([]string{gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonMemberWaitingForBudget}))
+			h.g.Expect(e.rec.on("ComputeDomain", "default", d2Name)).To(Equal([]string{gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonMemberWaitingForBudget, gpuhealthv1alpha1.ReasonMemberQuarantined}))
+			// Waiting on, for the same budget, is not announced again.
+			h.reconcile(n[1])
+			h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(HaveLen(3))
+
+			// n1 leaves d1 (the test plays the driver) and goes on to recertify; as
+			// Recertifying it still holds d1's and c1's only slot.
+			e.unlabel(n[0])
+			e.removeDaemon(n[0], d1, c1)
+			e.waitListed(n[0], false)
+			h.reconcile(n[0])
+			nh = h.nodeHealth(n[0])
+			h.g.Expect(nh.Status.Phase).To(Equal(recertifying))
+			h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeft))
+			h.g.Expect(nh.Status.ComputeDomain.LeftAt).NotTo(BeNil())
+			h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(ContainElement(gpuhealthv1alpha1.ReasonMemberLeft))
+			h.reconcile(n[1])
+			h.g.Expect(h.phase(n[1])).To(Equal(quarantined), "a recertifying member still counts against its domain")
+
+			// n1 passes its soak and returns: its slot frees; n2 drains, n5 still
+			// waits, now for both d2 (held by n7) and clique c1 (held by n2).
+			h.clock.Step(time.Hour)
+			h.reconcile(n[0])
+			h.g.Expect(h.phase(n[0])).To(Equal(healthy))
+			h.g.Expect(h.nodeHealth(n[0]).Status.ComputeDomain).To(BeNil(), "a node back in service outside any domain has no membership")
+			h.reconcile(n[1])
+			h.g.Expect(h.phase(n[1])).To(Equal(draining))
+			h.g.Expect(h.nodeHealth(n[1]).Status.BlockingBudget).To(BeEmpty())
+			h.reconcile(n[4])
+			nh = h.nodeHealth(n[4])
+			h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
+			h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerComputeDomain 1 in ComputeDomain default/%s", d2Name)))
+			h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerClique 1 in clique %s", c1)))
+			h.g.Expect(e.rec.on("ComputeDomain", "default", d2Name)).To(HaveLen(4), "a different blocking budget is announced")
+		})
 	}
-	for i := range n {
-		e.waitListed(n[i], true)
-	}
-
-	// Healthy members: status.computeDomain shows the membership.
-	for i := range n {
-		h.reconcile(n[i])
-	}
-	d1Name := e.domainName(d1)
-	h.g.Expect(h.nodeHealth(n[0]).Status.ComputeDomain).To(Equal(&gpuhealthv1alpha1.ComputeDomainMembership{
-		UID: string(d1), Namespace: "default", Name: d1Name, CliqueID: c1, Membership: gpuhealthv1alpha1.MembershipMember, DomainStatus: "Ready",
-		Traces: []gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod, gpuhealthv1alpha1.TraceNodeLabel},
-	}))
-
-	// Faults on n1, n2 (d1, c1), n5 (d2, c1) and n7 (d2, c2) at once. All
-	// are fenced at once: budgets gate draining, never the cordon.
-	for _, i := range []int{0, 1, 4, 6} {
-		h.fault(n[i], gpuhealthv1alpha1.CheckXID, "79")
-	}
-	for _, i := range []int{0, 1, 4, 6} {
-		h.reconcile(n[i])
-		h.g.Expect(h.getNode(n[i]).Spec.Unschedulable).To(BeTrue(), "fatal faults cordon at once")
-	}
-
-	// Quarantined → Draining for n1; it now waits to leave d1.
-	h.g.Expect(h.phase(n[0])).To(Equal(draining))
-	h.g.Expect(h.nodeHealth(n[0]).Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeaving))
-	h.g.Expect(h.nodeHealth(n[0]).Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonLeavingComputeDomain))
-
-	// n2 waits: d1 already has n1 out (and so has clique c1).
-	nh := h.nodeHealth(n[1])
-	h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
-	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonWaitingForBudget))
-	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
-	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerComputeDomain 1 in ComputeDomain default/%s", d1Name)))
-	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerClique 1 in clique %s", c1)))
-
-	// n5 waits for clique c1 alone: d2 has nobody out yet.
-	nh = h.nodeHealth(n[4])
-	h.g.Expect(nh.Status.Phase).To(Equal(quarantined))
-	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerClique))
-	h.g.Expect(nh.Status.Message).NotTo(ContainSubstring("maxUnavailablePerComputeDomain"))
-
-	// n7 (d2, c2) has room in both.
-	h.g.Expect(h.phase(n[6])).To(Equal(draining))
-
-	// The domains' owners see it on the ComputeDomain.
-	d2Name := e.domainName(d2)
-	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(Equal([]string{gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonMemberWaitingForBudget}))
-	h.g.Expect(e.rec.on("ComputeDomain", "default", d2Name)).To(Equal([]string{gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonMemberWaitingForBudget, gpuhealthv1alpha1.ReasonMemberQuarantined}))
-	// Waiting on, for the same budget, is not announced again.
-	h.reconcile(n[1])
-	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(HaveLen(3))
-
-	// n1 leaves d1 (the test plays the driver) and goes on to recertify; as
-	// Recertifying it still holds d1's and c1's only slot.
-	e.unlabel(n[0])
-	e.removeDaemon(n[0], d1, c1)
-	e.waitListed(n[0], false)
-	h.reconcile(n[0])
-	nh = h.nodeHealth(n[0])
-	h.g.Expect(nh.Status.Phase).To(Equal(recertifying))
-	h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeft))
-	h.g.Expect(nh.Status.ComputeDomain.LeftAt).NotTo(BeNil())
-	h.g.Expect(e.rec.on("ComputeDomain", "default", d1Name)).To(ContainElement(gpuhealthv1alpha1.ReasonMemberLeft))
-	h.reconcile(n[1])
-	h.g.Expect(h.phase(n[1])).To(Equal(quarantined), "a recertifying member still counts against its domain")
-
-	// n1 passes its soak and returns: its slot frees; n2 drains, n5 still
-	// waits, now for both d2 (held by n7) and clique c1 (held by n2).
-	h.clock.Step(time.Hour)
-	h.reconcile(n[0])
-	h.g.Expect(h.phase(n[0])).To(Equal(healthy))
-	h.g.Expect(h.nodeHealth(n[0]).Status.ComputeDomain).To(BeNil(), "a node back in service outside any domain has no membership")
-	h.reconcile(n[1])
-	h.g.Expect(h.phase(n[1])).To(Equal(draining))
-	h.g.Expect(h.nodeHealth(n[1]).Status.BlockingBudget).To(BeEmpty())
-	h.reconcile(n[4])
-	nh = h.nodeHealth(n[4])
-	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
-	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerComputeDomain 1 in ComputeDomain default/%s", d2Name)))
-	h.g.Expect(nh.Status.Message).To(ContainSubstring(fmt.Sprintf("no room under maxUnavailablePerClique 1 in clique %s", c1)))
-	h.g.Expect(e.rec.on("ComputeDomain", "default", d2Name)).To(HaveLen(4), "a different blocking budget is announced")
 }
 
 // TestDrainWaitsForTheNodeToLeaveItsComputeDomain: with its pods gone a
@@ -340,123 +424,135 @@ func TestComputeDomainAndCliqueBudgets(t *testing.T) {
 // clique entry are gone; past leaveTimeout it gets ComputeDomainLeaveStuck
 // and an Event, and still waits.
 func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
-	h := newHarness(t)
-	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
-		s.ComputeDomain.LeaveTimeout = dur("5m")
-		s.Recertification.SoakWindow = dur("1h")
-	})
-	e := h.withComputeDomains()
-	d := e.domain("d")
-	clique := h.label + ".1"
-	n := h.cliqueNode("a", clique)
-	e.join(n, d, clique)
-	e.waitListed(n, true)
-	h.pod(n, h.label+"-worker", nil)
-	h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
+	for _, shape := range testenv.DriverShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			h := newHarness(t)
+			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+				s.ComputeDomain.LeaveTimeout = dur("5m")
+				s.Recertification.SoakWindow = dur("1h")
+			})
+			e := h.withComputeDomains(shape)
+			d := e.domain("d")
+			clique := h.label + ".1"
+			n := h.cliqueNode("a", clique)
+			e.join(n, d, clique)
+			e.waitListed(n, true)
+			h.pod(n, h.label+"-worker", nil)
+			h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
 
-	// Quarantined → Draining; the workload pod is evicted.
-	h.reconcile(n)
-	h.g.Expect(h.phase(n)).To(Equal(draining))
-	h.g.Expect(h.nodeHealth(n).Status.Drain.CompletedAt).To(BeNil())
+			// Quarantined → Draining; the workload pod is evicted.
+			h.reconcile(n)
+			h.g.Expect(h.phase(n)).To(Equal(draining))
+			h.g.Expect(h.nodeHealth(n).Status.Drain.CompletedAt).To(BeNil())
 
-	// The pod is gone, the membership is not: still Draining.
-	h.g.Expect(h.playKubelet(n)).To(Equal(1))
-	res := h.reconcile(n)
-	nh := h.nodeHealth(n)
-	h.g.Expect(nh.Status.Phase).To(Equal(draining))
-	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonLeavingComputeDomain))
-	h.g.Expect(nh.Status.Drain.CompletedAt).NotTo(BeNil())
-	h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeaving))
-	h.g.Expect(res.RequeueAfter).To(Equal(leaveRecheck))
-	h.g.Expect(e.daemonPodExists(n)).To(BeTrue(), "the drain never evicts the daemon pod; the driver removes it")
+			// The pod is gone, the membership is not: still Draining.
+			h.g.Expect(h.playKubelet(n)).To(Equal(1))
+			res := h.reconcile(n)
+			nh := h.nodeHealth(n)
+			h.g.Expect(nh.Status.Phase).To(Equal(draining))
+			h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonLeavingComputeDomain))
+			h.g.Expect(nh.Status.Drain.CompletedAt).NotTo(BeNil())
+			h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeaving))
+			h.g.Expect(res.RequeueAfter).To(Equal(leaveRecheck))
+			h.g.Expect(e.daemonPodExists(n)).To(BeTrue(), "the drain never evicts the daemon pod; the driver removes it")
 
-	// The driver unprepares the claim: the label goes, pod and entry remain.
-	e.unlabel(n)
-	h.reconcile(n)
-	nh = h.nodeHealth(n)
-	h.g.Expect(nh.Status.Phase).To(Equal(draining))
-	h.g.Expect(nh.Status.ComputeDomain.Traces).To(Equal([]gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod}))
+			// The driver unprepares the claim: the label goes, pod and entry remain.
+			e.unlabel(n)
+			h.reconcile(n)
+			nh = h.nodeHealth(n)
+			h.g.Expect(nh.Status.Phase).To(Equal(draining))
+			h.g.Expect(nh.Status.ComputeDomain.Traces).To(Equal(e.traces(gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod)))
 
-	// Past leaveTimeout: the condition and a Warning Event, once; still Draining.
-	h.clock.Step(5 * time.Minute)
-	h.reconcile(n)
-	h.reconcile(n)
-	nh = h.nodeHealth(n)
-	h.g.Expect(nh.Status.Phase).To(Equal(draining))
-	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck))
-	cond := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition)
-	h.g.Expect(cond).NotTo(BeNil())
-	h.g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
-	h.g.Expect(cond.Message).To(ContainSubstring("CliqueEntry, DaemonPod"))
-	h.g.Expect(e.rec.on("Node", "", n)).To(ContainElement(gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck))
-	dName := e.domainName(d)
-	h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(Equal([]string{gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck}), "one stuck Event, not one per reconcile")
+			// Past leaveTimeout: the condition and a Warning Event, once; still Draining.
+			h.clock.Step(5 * time.Minute)
+			h.reconcile(n)
+			h.reconcile(n)
+			nh = h.nodeHealth(n)
+			h.g.Expect(nh.Status.Phase).To(Equal(draining))
+			h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck))
+			cond := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition)
+			h.g.Expect(cond).NotTo(BeNil())
+			h.g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
+			h.g.Expect(cond.Message).To(ContainSubstring(joinTraces(e.traces(gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod))))
+			h.g.Expect(e.rec.on("Node", "", n)).To(ContainElement(gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck))
+			dName := e.domainName(d)
+			h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(Equal([]string{gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck}), "one stuck Event, not one per reconcile")
 
-	// The daemon pod and the clique entry go: left, drained, recertifying.
-	e.removeDaemon(n, d, clique)
-	e.waitListed(n, false)
-	h.reconcile(n)
-	nh = h.nodeHealth(n)
-	h.g.Expect(nh.Status.Phase).To(Equal(recertifying))
-	h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeft))
-	h.g.Expect(nh.Status.ComputeDomain.Name).To(Equal(dName), "the domain is still named while the node is out of service")
-	cond = meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition)
-	h.g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
-	h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(ContainElement(gpuhealthv1alpha1.ReasonMemberLeft))
+			// The daemon pod and the clique entry go: left, drained, recertifying.
+			e.removeDaemon(n, d, clique)
+			e.waitListed(n, false)
+			h.reconcile(n)
+			nh = h.nodeHealth(n)
+			h.g.Expect(nh.Status.Phase).To(Equal(recertifying))
+			h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeft))
+			h.g.Expect(nh.Status.ComputeDomain.Name).To(Equal(dName), "the domain is still named while the node is out of service")
+			cond = meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition)
+			h.g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+			h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(ContainElement(gpuhealthv1alpha1.ReasonMemberLeft))
+		})
+	}
 }
 
 // TestAPreviousDomainsPodIsNoTraceOfTheNext: the node now carries domain
 // B's label while domain A's daemon pod (terminating) and clique entry are
 // still there; neither counts as a trace of B.
 func TestAPreviousDomainsPodIsNoTraceOfTheNext(t *testing.T) {
-	h := newHarness(t)
-	h.policy(func(*gpuhealthv1alpha1.RemediationPolicySpec) {})
-	e := h.withComputeDomains()
-	a, b := e.domain("a"), e.domain("b")
-	clique := h.label + ".1"
-	n := h.cliqueNode("a", clique)
-	e.join(n, a, clique)
-	e.waitListed(n, true)
-	node := h.getNode(n)
-	patch := client.MergeFrom(node.DeepCopy())
-	node.Labels[computedomain.NodeLabel] = string(b)
-	h.g.Expect(k8sClient.Patch(h.ctx, node, patch)).To(Succeed())
-	h.g.Eventually(func() string { return h.getNode(n).Labels[computedomain.NodeLabel] }).Should(Equal(string(b)))
+	for _, shape := range testenv.DriverShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			h := newHarness(t)
+			h.policy(func(*gpuhealthv1alpha1.RemediationPolicySpec) {})
+			e := h.withComputeDomains(shape)
+			a, b := e.domain("a"), e.domain("b")
+			clique := h.label + ".1"
+			n := h.cliqueNode("a", clique)
+			e.join(n, a, clique)
+			e.waitListed(n, true)
+			node := h.getNode(n)
+			patch := client.MergeFrom(node.DeepCopy())
+			node.Labels[computedomain.NodeLabel] = string(b)
+			h.g.Expect(k8sClient.Patch(h.ctx, node, patch)).To(Succeed())
+			h.g.Eventually(func() string { return h.getNode(n).Labels[computedomain.NodeLabel] }).Should(Equal(string(b)))
 
-	h.reconcile(n)
-	cd := h.nodeHealth(n).Status.ComputeDomain
-	h.g.Expect(cd).NotTo(BeNil())
-	h.g.Expect(cd.UID).To(Equal(string(b)))
-	h.g.Expect(cd.Traces).To(Equal([]gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceNodeLabel}), "domain A's pod and clique entry are not B's")
+			h.reconcile(n)
+			cd := h.nodeHealth(n).Status.ComputeDomain
+			h.g.Expect(cd).NotTo(BeNil())
+			h.g.Expect(cd.UID).To(Equal(string(b)))
+			h.g.Expect(cd.Traces).To(Equal([]gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceNodeLabel}), "domain A's pod and clique entry are not B's")
+		})
+	}
 }
 
 // TestLeaveStuckClearsWhenReleased: a human releases a node whose leave is
 // stuck; the condition does not outlive the drain.
 func TestLeaveStuckClearsWhenReleased(t *testing.T) {
-	h := newHarness(t)
-	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.ComputeDomain.LeaveTimeout = dur("1m") })
-	e := h.withComputeDomains()
-	d := e.domain("d")
-	clique := h.label + ".1"
-	n := h.cliqueNode("a", clique)
-	e.join(n, d, clique)
-	e.waitListed(n, true)
-	h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
-	h.reconcile(n)
-	h.clock.Step(time.Minute)
-	h.reconcile(n)
-	stuck := func() metav1.ConditionStatus {
-		return meta.FindStatusCondition(h.nodeHealth(n).Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition).Status
-	}
-	h.g.Expect(stuck()).To(Equal(metav1.ConditionTrue))
+	for _, shape := range testenv.DriverShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			h := newHarness(t)
+			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.ComputeDomain.LeaveTimeout = dur("1m") })
+			e := h.withComputeDomains(shape)
+			d := e.domain("d")
+			clique := h.label + ".1"
+			n := h.cliqueNode("a", clique)
+			e.join(n, d, clique)
+			e.waitListed(n, true)
+			h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
+			h.reconcile(n)
+			h.clock.Step(time.Minute)
+			h.reconcile(n)
+			stuck := func() metav1.ConditionStatus {
+				return meta.FindStatusCondition(h.nodeHealth(n).Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition).Status
+			}
+			h.g.Expect(stuck()).To(Equal(metav1.ConditionTrue))
 
-	nh := h.nodeHealth(n)
-	patch := client.MergeFrom(nh.DeepCopy())
-	nh.Spec.Request = &gpuhealthv1alpha1.ManualRequest{Action: gpuhealthv1alpha1.RequestRelease, ID: "t1", Reason: "domain cleaned up by hand"}
-	h.g.Expect(k8sClient.Patch(h.ctx, nh, patch)).To(Succeed())
-	h.reconcile(n)
-	h.g.Expect(h.phase(n)).To(Equal(healthy))
-	h.g.Expect(stuck()).To(Equal(metav1.ConditionFalse))
+			nh := h.nodeHealth(n)
+			patch := client.MergeFrom(nh.DeepCopy())
+			nh.Spec.Request = &gpuhealthv1alpha1.ManualRequest{Action: gpuhealthv1alpha1.RequestRelease, ID: "t1", Reason: "domain cleaned up by hand"}
+			h.g.Expect(k8sClient.Patch(h.ctx, nh, patch)).To(Succeed())
+			h.reconcile(n)
+			h.g.Expect(h.phase(n)).To(Equal(healthy))
+			h.g.Expect(stuck()).To(Equal(metav1.ConditionFalse))
+		})
+	}
 }
 
 // TestDeadMemberDaemonPodDeletedOnlyAfterFencing: a NotReady member's stale
@@ -464,93 +560,101 @@ func TestLeaveStuckClearsWhenReleased(t *testing.T) {
 // out of service and past the grace period; a Ready node's pod is never
 // touched, even when fenced and marked out of service.
 func TestDeadMemberDaemonPodDeletedOnlyAfterFencing(t *testing.T) {
-	h := newHarness(t)
-	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
-		s.CircuitBreaker.Enabled = ptr.To(false)
-		s.Budgets.MaxUnavailablePerComputeDomain = ptr.To(intstrFromInt(10))
-		s.Budgets.MaxUnavailablePerClique = ptr.To(intstrFromInt(10))
-		s.ComputeDomain.DeadMemberGracePeriod = dur("5m")
-	})
-	e := h.withComputeDomains()
-	d := e.domain("d")
-	clique := h.label + ".1"
-	dead, alive := h.cliqueNode("dead", clique), h.cliqueNode("alive", clique)
-	for _, n := range []string{dead, alive} {
-		e.join(n, d, clique)
-		e.waitListed(n, true)
-	}
-	setReady := func(node string, ready corev1.ConditionStatus) {
-		nd := h.getNode(node)
-		nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "Test",
-			LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
-		h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
-	}
-	outOfService := func(node string) {
-		nd := h.getNode(node)
-		patch := client.MergeFrom(nd.DeepCopy())
-		nd.Spec.Taints = append(nd.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
-		h.g.Expect(k8sClient.Patch(h.ctx, nd, patch)).To(Succeed())
-	}
-	setReady(dead, corev1.ConditionUnknown)
-	setReady(alive, corev1.ConditionTrue)
+	for _, shape := range testenv.DriverShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			h := newHarness(t)
+			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+				s.CircuitBreaker.Enabled = ptr.To(false)
+				s.Budgets.MaxUnavailablePerComputeDomain = ptr.To(intstrFromInt(10))
+				s.Budgets.MaxUnavailablePerClique = ptr.To(intstrFromInt(10))
+				s.ComputeDomain.DeadMemberGracePeriod = dur("5m")
+			})
+			e := h.withComputeDomains(shape)
+			d := e.domain("d")
+			clique := h.label + ".1"
+			dead, alive := h.cliqueNode("dead", clique), h.cliqueNode("alive", clique)
+			for _, n := range []string{dead, alive} {
+				e.join(n, d, clique)
+				e.waitListed(n, true)
+			}
+			setReady := func(node string, ready corev1.ConditionStatus) {
+				nd := h.getNode(node)
+				nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "Test",
+					LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
+				h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
+			}
+			outOfService := func(node string) {
+				nd := h.getNode(node)
+				patch := client.MergeFrom(nd.DeepCopy())
+				nd.Spec.Taints = append(nd.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+				h.g.Expect(k8sClient.Patch(h.ctx, nd, patch)).To(Succeed())
+			}
+			setReady(dead, corev1.ConditionUnknown)
+			setReady(alive, corev1.ConditionTrue)
 
-	// NotReady and out of service, but not fenced (no finding): untouched.
-	outOfService(dead)
-	h.clock.Step(10 * time.Minute)
-	h.reconcile(dead)
-	h.g.Expect(h.phase(dead)).To(Equal(healthy))
-	h.g.Expect(e.daemonPodExists(dead)).To(BeTrue(), "a node gpuhealth has not fenced keeps its pod")
+			// NotReady and out of service, but not fenced (no finding): untouched.
+			outOfService(dead)
+			h.clock.Step(10 * time.Minute)
+			h.reconcile(dead)
+			h.g.Expect(h.phase(dead)).To(Equal(healthy))
+			h.g.Expect(e.daemonPodExists(dead)).To(BeTrue(), "a node gpuhealth has not fenced keeps its pod")
 
-	// Fenced (quarantined, cordoned): now its pod goes.
-	h.fault(dead, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
-	h.reconcile(dead)
-	h.g.Expect(h.getNode(dead).Spec.Unschedulable).To(BeTrue())
-	h.g.Expect(e.daemonPodExists(dead)).To(BeFalse(), "the dead member's stale daemon pod is deleted")
-	h.g.Expect(e.rec.on("ComputeDomain", "default", e.domainName(d))).To(ContainElement(gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted))
+			// Fenced (quarantined, cordoned): now its pod goes.
+			h.fault(dead, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
+			h.reconcile(dead)
+			h.g.Expect(h.getNode(dead).Spec.Unschedulable).To(BeTrue())
+			h.g.Expect(e.daemonPodExists(dead)).To(BeFalse(), "the dead member's stale daemon pod is deleted")
+			h.g.Expect(e.rec.on("ComputeDomain", "default", e.domainName(d))).To(ContainElement(gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted))
 
-	// The Ready node, fenced and even marked out of service: never.
-	h.fault(alive, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
-	outOfService(alive)
-	h.reconcile(alive)
-	h.clock.Step(time.Hour)
-	h.reconcile(alive)
-	h.g.Expect(h.getNode(alive).Spec.Unschedulable).To(BeTrue())
-	h.g.Expect(e.daemonPodExists(alive)).To(BeTrue(), "a Ready node's pod is never deleted")
+			// The Ready node, fenced and even marked out of service: never.
+			h.fault(alive, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
+			outOfService(alive)
+			h.reconcile(alive)
+			h.clock.Step(time.Hour)
+			h.reconcile(alive)
+			h.g.Expect(h.getNode(alive).Spec.Unschedulable).To(BeTrue())
+			h.g.Expect(e.daemonPodExists(alive)).To(BeTrue(), "a Ready node's pod is never deleted")
+		})
+	}
 }
 
 // TestDeadMemberWaitsForGraceAndOutOfService: fenced and NotReady is not
 // enough by default; the out-of-service taint (or notReadyIsDead) and the
 // grace period are.
 func TestDeadMemberWaitsForGraceAndOutOfService(t *testing.T) {
-	for _, notReadyIsDead := range []bool{false, true} {
-		t.Run(fmt.Sprintf("notReadyIsDead=%v", notReadyIsDead), func(t *testing.T) {
-			h := newHarness(t)
-			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
-				s.ComputeDomain.DeadMemberGracePeriod = dur("5m")
-				s.ComputeDomain.NotReadyIsDead = notReadyIsDead
-			})
-			e := h.withComputeDomains()
-			d := e.domain("d")
-			clique := h.label + ".1"
-			n := h.cliqueNode("a", clique)
-			e.join(n, d, clique)
-			e.waitListed(n, true)
-			nd := h.getNode(n)
-			nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletDown",
-				LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
-			h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
-			h.fault(n, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
+	for _, shape := range testenv.DriverShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			for _, notReadyIsDead := range []bool{false, true} {
+				t.Run(fmt.Sprintf("notReadyIsDead=%v", notReadyIsDead), func(t *testing.T) {
+					h := newHarness(t)
+					h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+						s.ComputeDomain.DeadMemberGracePeriod = dur("5m")
+						s.ComputeDomain.NotReadyIsDead = notReadyIsDead
+					})
+					e := h.withComputeDomains(shape)
+					d := e.domain("d")
+					clique := h.label + ".1"
+					n := h.cliqueNode("a", clique)
+					e.join(n, d, clique)
+					e.waitListed(n, true)
+					nd := h.getNode(n)
+					nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletDown",
+						LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
+					h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
+					h.fault(n, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
 
-			// Fenced, NotReady, inside the grace period: the pod stays and
-			// the node looks again when the grace period ends.
-			res := h.reconcile(n)
-			h.g.Expect(e.daemonPodExists(n)).To(BeTrue())
-			if notReadyIsDead {
-				h.g.Expect(res.RequeueAfter).To(BeNumerically("<=", 5*time.Minute))
+					// Fenced, NotReady, inside the grace period: the pod stays and
+					// the node looks again when the grace period ends.
+					res := h.reconcile(n)
+					h.g.Expect(e.daemonPodExists(n)).To(BeTrue())
+					if notReadyIsDead {
+						h.g.Expect(res.RequeueAfter).To(BeNumerically("<=", 5*time.Minute))
+					}
+					h.clock.Step(5 * time.Minute)
+					h.reconcile(n)
+					h.g.Expect(e.daemonPodExists(n)).To(Equal(!notReadyIsDead), "past the grace period only notReadyIsDead is enough without the taint")
+				})
 			}
-			h.clock.Step(5 * time.Minute)
-			h.reconcile(n)
-			h.g.Expect(e.daemonPodExists(n)).To(Equal(!notReadyIsDead), "past the grace period only notReadyIsDead is enough without the taint")
 		})
 	}
 }

@@ -24,6 +24,7 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/controllers/index"
+	"github.com/gpuhealth/gpuhealth/hack/testenv"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
@@ -150,62 +151,66 @@ func TestOperatorRestartMidDrainResumes(t *testing.T) {
 // (no node or pod change, and well inside the one-minute leave recheck)
 // moves it on.
 func TestManagerViewWakesALeavingNode(t *testing.T) {
-	h := newHarness(t)
-	g := h.g
-	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Recertification.SoakWindow = dur("1h") })
-	e := h.withComputeDomains() // the test's own view, to know what the driver did
-	d := e.domain("d")
-	clique := h.label + ".1"
-	n := h.cliqueNode("a", clique)
-	e.join(n, d, clique)
-	e.waitListed(n, true)
+	for _, shape := range testenv.DriverShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			h := newHarness(t)
+			g := h.g
+			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Recertification.SoakWindow = dur("1h") })
+			e := h.withComputeDomains(shape) // the test's own view, to know what the driver did
+			d := e.domain("d")
+			clique := h.label + ".1"
+			n := h.cliqueNode("a", clique)
+			e.join(n, d, clique)
+			e.waitListed(n, true)
 
-	mgr, err := ctrl.NewManager(testEnv.Config, ctrl.Options{
-		Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
-	g.Expect(err).NotTo(HaveOccurred())
-	view := computedomain.NewView(mgr.GetCache(), disc, clock.RealClock{})
-	g.Expect(mgr.Add(view)).To(Succeed())
-	clk := clock.RealClock{}
-	r := &Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
-		Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), clk),
-		Breaker: breaker.New(), Namespace: jobNamespace, ComputeDomains: view, MaxConcurrentReconciles: 4,
+			mgr, err := ctrl.NewManager(testEnv.Config, ctrl.Options{
+				Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
+				Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+			})
+			g.Expect(err).NotTo(HaveOccurred())
+			disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+			g.Expect(err).NotTo(HaveOccurred())
+			view := computedomain.NewView(mgr.GetCache(), disc, clock.RealClock{})
+			g.Expect(mgr.Add(view)).To(Succeed())
+			clk := clock.RealClock{}
+			r := &Reconciler{
+				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
+				Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), clk),
+				Breaker: breaker.New(), Namespace: jobNamespace, ComputeDomains: view, MaxConcurrentReconciles: 4,
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())
+			g.Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
+			done := make(chan error, 1)
+			go func() { done <- mgr.Start(ctx) }()
+			defer func() {
+				cancel()
+				g.Expect(<-done).To(Succeed())
+			}()
+
+			status := func() string {
+				nh := &gpuhealthv1alpha1.NodeHealth{}
+				if err := k8sClient.Get(h.ctx, types.NamespacedName{Name: n}, nh); err != nil {
+					return err.Error()
+				}
+				traces := ""
+				if cd := nh.Status.ComputeDomain; cd != nil {
+					traces = fmt.Sprint(cd.Traces)
+				}
+				return string(nh.Status.Phase) + "/" + nh.Status.Reason + "/" + traces
+			}
+			h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
+			g.Eventually(status, 20*time.Second, 50*time.Millisecond).Should(Equal(fmt.Sprint("Draining/LeavingComputeDomain/", e.traces(gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod, gpuhealthv1alpha1.TraceNodeLabel))))
+
+			// The driver unprepares the claim and the DaemonSet removes the pod: the
+			// node and pod watches wake the node; the clique entry remains.
+			e.unlabel(n)
+			e.deleteDaemonPod(n)
+			g.Eventually(status, 20*time.Second, 50*time.Millisecond).Should(Equal(fmt.Sprint("Draining/LeavingComputeDomain/", e.traces(gpuhealthv1alpha1.TraceCliqueEntry))))
+
+			// Only the clique changes now: the view's channel wakes the node.
+			e.removeCliqueEntry(n, d, clique)
+			g.Eventually(status, 20*time.Second, 50*time.Millisecond).Should(HavePrefix("Recertifying/"))
+		})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())
-	g.Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		g.Expect(<-done).To(Succeed())
-	}()
-
-	status := func() string {
-		nh := &gpuhealthv1alpha1.NodeHealth{}
-		if err := k8sClient.Get(h.ctx, types.NamespacedName{Name: n}, nh); err != nil {
-			return err.Error()
-		}
-		traces := ""
-		if cd := nh.Status.ComputeDomain; cd != nil {
-			traces = fmt.Sprint(cd.Traces)
-		}
-		return string(nh.Status.Phase) + "/" + nh.Status.Reason + "/" + traces
-	}
-	h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
-	g.Eventually(status, 20*time.Second, 50*time.Millisecond).Should(Equal("Draining/LeavingComputeDomain/[CliqueEntry DaemonPod NodeLabel]"))
-
-	// The driver unprepares the claim and the DaemonSet removes the pod: the
-	// node and pod watches wake the node; the clique entry remains.
-	e.unlabel(n)
-	e.deleteDaemonPod(n)
-	g.Eventually(status, 20*time.Second, 50*time.Millisecond).Should(Equal("Draining/LeavingComputeDomain/[CliqueEntry]"))
-
-	// Only the clique changes now: the view's channel wakes the node.
-	e.removeCliqueEntry(n, d, clique)
-	g.Eventually(status, 20*time.Second, 50*time.Millisecond).Should(HavePrefix("Recertifying/"))
 }

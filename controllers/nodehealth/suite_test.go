@@ -2,8 +2,9 @@ package nodehealth
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,13 +41,14 @@ var (
 
 const jobNamespace = "gpuhealth-system"
 
-// TestMain starts the control plane with gpuhealth's CRDs and our own
-// ComputeDomain test CRDs (computedomain/testdata).
+// TestMain starts the control plane with gpuhealth's CRDs; the
+// ComputeDomain tests install NVIDIA's CRDs in each driver shape
+// (testenv.DriverShapes).
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, func(e *testenv.Env) error {
 		testScheme, k8sClient, testEnv = e.Scheme, e.Client, e.Environment
 		return k8sClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobNamespace}})
-	}, filepath.Join("..", "computedomain", "testdata", "crd")))
+	}))
 }
 
 // harness is one test's reconciler with a fake clock and recorder, driven
@@ -67,10 +69,12 @@ func newHarness(t *testing.T) *harness {
 	rec := events.NewFakeRecorder(1000)
 	h := &harness{
 		t: t, g: NewWithT(t), ctx: context.Background(), clock: clk, recorder: rec,
-		label: strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())),
+		label: strings.ToLower(strings.NewReplacer("/", "-", "_", "-", ".", "-").Replace(t.Name())),
 	}
 	if len(h.label) > 50 {
-		h.label = h.label[:50]
+		// Keep subtests apart: the cut name and a hash of the whole.
+		sum := sha256.Sum256([]byte(t.Name()))
+		h.label = strings.TrimRight(h.label[:41], "-") + "-" + hex.EncodeToString(sum[:])[:8]
 	}
 	h.label = strings.TrimRight(h.label, "-")
 	h.r = &Reconciler{
