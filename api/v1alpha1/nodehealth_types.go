@@ -318,6 +318,12 @@ type ComputeDomainMembership struct {
 	// leftAt is when the operator first saw every trace gone.
 	// +optional
 	LeftAt *metav1.Time `json:"leftAt,omitempty"`
+
+	// deadSince is when the dead period began (the node's NotReady
+	// transition) for which gpuhealth deleted the node's stale daemon pods:
+	// they are deleted once per dead period, not on every reconcile.
+	// +optional
+	DeadSince *metav1.Time `json:"deadSince,omitempty"`
 }
 
 // Transition is one entry of a node's history.

@@ -70,6 +70,10 @@ const (
 	// pods that must leave past the drain timeout and the policy's
 	// drain.onTimeout is Wait. Named for the problem because it is alerted on.
 	NodeHealthDrainTimedOutCondition = "DrainTimedOut"
+	// NodeHealthDeadMemberListedCondition is True while a dead, fenced
+	// ComputeDomain member is still listed by NVIDIA's driver, so that its
+	// peers keep holding it. Named for the problem because it is alerted on.
+	NodeHealthDeadMemberListedCondition = "DeadMemberListed"
 )
 
 // Reasons of the ComputeDomain rules.
@@ -90,6 +94,14 @@ const (
 	ReasonMemberWaitingForBudget = "MemberWaitingForBudget"
 	// ReasonStaleDaemonPodDeleted: a dead member's daemon pod was deleted.
 	ReasonStaleDaemonPodDeleted = "StaleDaemonPodDeleted"
+	// ReasonDeadMemberStillListed: a dead member is still listed by the
+	// driver (a clique or status.nodes entry) after its daemon pod went.
+	ReasonDeadMemberStillListed = "DeadMemberStillListed"
+	// ReasonDeadMemberLabelRemoved: the policy's releaseDeadMemberLabel
+	// removed a dead member's ComputeDomain node label.
+	ReasonDeadMemberLabelRemoved = "DeadMemberLabelRemoved"
+	// ReasonNotDeadMember: the node is not a dead ComputeDomain member (any more).
+	ReasonNotDeadMember = "NotDeadMember"
 )
 
 // RemediationPolicy conditions and the reasons on the policy.

@@ -461,6 +461,22 @@ type ComputeDomainSpec struct {
 	// +kubebuilder:default=false
 	NotReadyIsDead bool `json:"notReadyIsDead"`
 
+	// releaseDeadMemberLabel lets gpuhealth remove the
+	// resource.nvidia.com/computeDomain label from a dead member (fenced and
+	// dead by the rules above). On NVIDIA's driver v25.12 and later deleting
+	// the dead node's daemon pod is not enough: the DaemonSet re-creates it
+	// on the node at once, and the driver keeps the node's clique entry while
+	// a pod object is bound there, so the peers hold a dead member. Without
+	// the label no daemon pod can be bound there and the driver drops the
+	// entry. The driver owns that label (its kubelet plugin sets it when a
+	// workload's channel is prepared): removing it is a write to another
+	// component's state, and a node that comes back keeps no domain label
+	// until a workload is prepared there again. Default false: the node
+	// shows DeadMemberListed instead.
+	// +optional
+	// +kubebuilder:default=false
+	ReleaseDeadMemberLabel bool `json:"releaseDeadMemberLabel"`
+
 	// taintDegradedCliques puts gpuhealth.dev/fabric-degraded:NoSchedule on
 	// every node of an NVLink clique with a fabric-scoped fault (IMEX domain
 	// DOWN, fatal NVSwitch fault, fabric not completed) until it resolves.

@@ -140,6 +140,12 @@ var cases = map[string][]alertCase{
 		{name: "for three minutes only", at: 3 * time.Minute, series: `gpuhealth_nodehealth_drain_timed_out{node="gpu-1"} 1x20`},
 		{name: "the pods left", at: 20 * time.Minute, series: `gpuhealth_nodehealth_drain_timed_out{node="gpu-1"} 1x8 0x20`},
 	},
+	"GPUHealthDeadMemberListed": {
+		{name: "listed for fifteen minutes", at: 15 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
+			series: "gpuhealth_nodehealth_dead_member_listed{node=\"gpu-1\"} 1x20\ngpuhealth_nodehealth_dead_member_listed{node=\"gpu-2\"} 0x20"},
+		{name: "for five minutes only", at: 5 * time.Minute, series: `gpuhealth_nodehealth_dead_member_listed{node="gpu-1"} 1x20`},
+		{name: "the driver dropped it", at: 25 * time.Minute, series: `gpuhealth_nodehealth_dead_member_listed{node="gpu-1"} 1x8 0x20`},
+	},
 	"GPUHealthRecertificationStuck": {
 		{name: "recertifying for 190 minutes", at: 190 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
 			series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Recertifying"} 1x200`},

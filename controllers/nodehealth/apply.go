@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 	"github.com/gpuhealth/gpuhealth/remediation/member"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
@@ -64,6 +65,14 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (fenced
 	}
 	for _, want := range p.createJobs {
 		if _, err := job.Ensure(ctx, r.Client, want); err != nil {
+			return fenced, err
+		}
+	}
+	if p.removeDomainLabel {
+		err := r.writeNode(o, func(n *corev1.Node) error {
+			return member.RemoveLabel(ctx, r.Client, n, computedomain.NodeLabel)
+		})
+		if err != nil {
 			return fenced, err
 		}
 	}

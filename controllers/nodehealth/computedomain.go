@@ -163,8 +163,11 @@ func (d *decider) membership() {
 	} else if prev != nil && prev.UID == next.UID {
 		next.Namespace, next.Name, next.DomainStatus = prev.Namespace, prev.Name, prev.DomainStatus
 	}
-	if next.CliqueID == "" && prev != nil && prev.UID == next.UID {
-		next.CliqueID = prev.CliqueID
+	if prev != nil && prev.UID == next.UID {
+		if next.CliqueID == "" {
+			next.CliqueID = prev.CliqueID
+		}
+		next.DeadSince = prev.DeadSince
 	}
 	st.ComputeDomain = next
 }
@@ -345,28 +348,100 @@ func traceList(ts []gpuhealthv1alpha1.MembershipTrace) string {
 	return strings.Join(parts, ", ")
 }
 
-// deadMember plans the deletion of a dead member's stale ComputeDomain
-// daemon pods so the driver drops it from its clique and the surviving
-// daemons stop holding a dead peer. Dead means: fenced (out of service and
-// cordoned), NotReady for longer than the policy's deadMemberGracePeriod,
-// and either carrying the node.kubernetes.io/out-of-service taint or under
-// a policy with notReadyIsDead. A Ready node's pods are never touched.
+// deadMember plans what gpuhealth does about a dead member so that its
+// peers stop holding it. Dead means: fenced (out of service and cordoned),
+// NotReady for longer than the policy's deadMemberGracePeriod, and either
+// carrying the node.kubernetes.io/out-of-service taint or under a policy
+// with notReadyIsDead. A Ready node is never touched.
+//
+//   - Its stale daemon pods are deleted, once per dead period: on NVIDIA's
+//     driver v25.8 the controller then drops the node's status.nodes entry.
+//     A pod that never ran (no IP, never Ready: the DaemonSet re-created
+//     it on the dead node) is left alone, so nothing churns.
+//   - With the policy's releaseDeadMemberLabel, the node's
+//     resource.nvidia.com/computeDomain label is removed, so that no daemon
+//     pod can be bound there and v25.12's controller drops the clique entry.
+//   - While the driver still lists it, the NodeHealth says so
+//     (DeadMemberListed, alerted on), with an Event on the domain when that
+//     starts.
 func (d *decider) deadMember() {
 	o := d.o
-	if d.dryRun() || len(o.cd.daemonPods) == 0 || !o.node.Spec.Unschedulable || member.Ready(o.node) {
+	since, dead := d.deadSince()
+	listed := slices.ContainsFunc(o.cd.traces, func(t gpuhealthv1alpha1.MembershipTrace) bool {
+		return t == gpuhealthv1alpha1.TraceCliqueEntry || t == gpuhealthv1alpha1.TraceStatusEntry
+	})
+	st := d.p.status.ComputeDomain
+	if !dead || st == nil {
+		if meta.IsStatusConditionTrue(d.p.status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition) {
+			d.condition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, false, gpuhealthv1alpha1.ReasonNotDeadMember,
+				"the node is not a dead ComputeDomain member")
+		}
 		return
+	}
+	if st.DeadSince == nil || !st.DeadSince.Equal(&metav1.Time{Time: since}) {
+		if pods := ranOnce(o.cd.daemonPods); len(pods) > 0 {
+			d.p.deleteDaemonPods, d.p.deadSince = pods, since
+			st.DeadSince = &metav1.Time{Time: since}
+		}
+	}
+	if o.policy.Spec.ComputeDomain.ReleaseDeadMemberLabel && o.node.Labels[computedomain.NodeLabel] != "" {
+		d.p.removeDomainLabel = true
+		d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonDeadMemberLabelRemoved, "Release",
+			"removing label %s=%s of the dead node (NotReady since %s), as the policy's releaseDeadMemberLabel says",
+			computedomain.NodeLabel, o.node.Labels[computedomain.NodeLabel], since.UTC().Format(time.RFC3339))
+	}
+	if !listed {
+		if meta.IsStatusConditionTrue(d.p.status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition) {
+			d.condition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, false, gpuhealthv1alpha1.ReasonComputeDomainLeft,
+				"the driver no longer lists the dead node")
+		}
+		return
+	}
+	msg := fmt.Sprintf("the node is dead (NotReady since %s, fenced) but NVIDIA's driver still lists it (%s), so its peers hold it; "+
+		"on driver v25.12 and later the entry goes only once no daemon pod can be bound to the node: remove its %s label "+
+		"(the policy's computeDomain.releaseDeadMemberLabel does that) or delete the Node",
+		since.UTC().Format(time.RFC3339), traceList(o.cd.traces), computedomain.NodeLabel)
+	if !meta.IsStatusConditionTrue(d.p.status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition) {
+		d.domainEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonDeadMemberStillListed, "Release", "node %s: %s", o.node.Name, msg)
+	}
+	d.condition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, true, gpuhealthv1alpha1.ReasonDeadMemberStillListed, msg)
+	d.wait(leaveRecheck)
+}
+
+// deadSince says whether the node is a dead member by the policy's rules,
+// and since when it is NotReady. Inside the grace period it asks for a look
+// when the period ends.
+func (d *decider) deadSince() (time.Time, bool) {
+	o := d.o
+	if d.dryRun() || !o.cd.member() || !o.node.Spec.Unschedulable || member.Ready(o.node) {
+		return time.Time{}, false
 	}
 	since, notReady := member.NotReadySince(o.node)
 	if !notReady {
-		return
+		return time.Time{}, false
 	}
 	if !member.OutOfService(o.node) && !o.policy.Spec.ComputeDomain.NotReadyIsDead {
-		return
+		return time.Time{}, false
 	}
 	if until := since.Add(o.policy.Spec.ComputeDomain.DeadMemberGracePeriod.Get(defaultDeadMemberGrace)); o.now.Before(&metav1.Time{Time: until}) {
 		d.wait(until.Sub(o.now.Time))
-		return
+		return time.Time{}, false
 	}
-	d.p.deleteDaemonPods = o.cd.daemonPods
-	d.p.deadSince = since
+	return since, true
+}
+
+// ranOnce returns the pods that ever ran: with an IP, or Ready. A daemon
+// pod the DaemonSet re-created on a dead node has neither; deleting it
+// would only have it re-created again.
+func ranOnce(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+		})
+		if p.Status.PodIP != "" || ready {
+			out = append(out, p)
+		}
+	}
+	return out
 }

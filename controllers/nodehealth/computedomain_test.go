@@ -195,6 +195,10 @@ func (e *cdEnv) join(node string, uid types.UID, clique string) {
 	}
 	e.h.g.Expect(k8sClient.Create(e.h.ctx, pod)).To(Succeed())
 	e.h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	// The daemon runs: the kubelet reports its IP and readiness.
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.0.1",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	e.h.g.Expect(k8sClient.Status().Update(e.h.ctx, pod)).To(Succeed())
 	if !e.shape.Cliques {
 		e.editStatusNodes(uid, func(nodes []any) []any {
 			return append(nodes, map[string]any{"name": node, "cliqueID": clique, "index": int64(len(nodes)), "status": "Ready", "ipAddress": "10.1.0.1"})
@@ -703,4 +707,157 @@ func TestIMEXFindingsCountOnlyForMembers(t *testing.T) {
 	h.g.Expect(nh.Status.ComputeDomain.UID).To(Equal("8d5a3c1e-uid"))
 	h.g.Expect(nh.Status.ComputeDomain.Traces).To(Equal([]gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceNodeLabel}))
 	h.g.Expect(historyPhases(nh)).To(ContainElement(quarantined))
+}
+
+// resyncDriver plays one pass of NVIDIA's driver controller and the
+// domain's DaemonSet, by the documented rules of the shape:
+//   - the DaemonSet keeps a daemon pod bound to every node that carries the
+//     domain label, re-creating a deleted one at once (on a dead node the new
+//     pod never runs: no IP, never Ready), and deletes the pods of nodes
+//     without the label;
+//   - v25.12 and later: the controller keeps a clique entry while a daemon
+//     pod object is bound to the node, and drops it once none is;
+//   - v25.8: the controller drops a status.nodes entry by the IP of a
+//     daemon pod that was deleted.
+func (e *cdEnv) resyncDriver(uid types.UID, clique string, nodes ...string) {
+	e.h.t.Helper()
+	for _, n := range nodes {
+		labelled := e.h.getNode(n).Labels[computedomain.NodeLabel] == string(uid)
+		bound := e.daemonPods(n, uid)
+		switch {
+		case labelled && len(bound) == 0:
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{
+					GenerateName: daemonPodName(n) + "-", Namespace: driverNamespace,
+					Labels: map[string]string{computedomain.NodeLabel: string(uid)},
+				},
+				Spec: corev1.PodSpec{NodeName: n, Containers: []corev1.Container{{Name: "imex", Image: "imex"}}},
+			}
+			e.h.g.Expect(k8sClient.Create(e.h.ctx, pod)).To(Succeed())
+			e.h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+			bound = append(bound, *pod)
+		case !labelled:
+			for i := range bound {
+				e.h.g.Expect(client.IgnoreNotFound(k8sClient.Delete(e.h.ctx, &bound[i], client.GracePeriodSeconds(0)))).To(Succeed())
+			}
+			bound = nil
+		}
+		if e.shape.Cliques && len(bound) == 0 {
+			e.removeCliqueEntry(n, uid, clique)
+		}
+	}
+}
+
+// daemonPods lists the domain's daemon pods bound to node.
+func (e *cdEnv) daemonPods(node string, uid types.UID) []corev1.Pod {
+	e.h.t.Helper()
+	var pods corev1.PodList
+	e.h.g.Expect(k8sClient.List(e.h.ctx, &pods, client.InNamespace(driverNamespace), client.MatchingLabels{computedomain.NodeLabel: string(uid)})).To(Succeed())
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestADeadMemberLeavesTheDriversList: a dead, fenced member under each
+// driver shape, with the driver's controller and DaemonSet played by
+// resyncDriver. Its daemon pod is deleted once; on v25.8 that drops its
+// entry; on v25.12 the DaemonSet re-creates the pod, the clique keeps the
+// entry, gpuhealth does not delete again (the new pod never ran) and says
+// DeadMemberListed, once on the domain; the policy's releaseDeadMemberLabel
+// then removes the label and the entry goes.
+func TestADeadMemberLeavesTheDriversList(t *testing.T) {
+	for _, shape := range testenv.DriverShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			h := newHarness(t)
+			policy := h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+				s.CircuitBreaker.Enabled = ptr.To(false)
+				s.ComputeDomain.DeadMemberGracePeriod = dur("5m")
+				s.ComputeDomain.NotReadyIsDead = true
+			})
+			e := h.withComputeDomains(shape)
+			d := e.domain("d")
+			clique := h.label + ".1"
+			dead, alive := h.cliqueNode("dead", clique), h.cliqueNode("alive", clique)
+			for _, n := range []string{dead, alive} {
+				e.join(n, d, clique)
+				e.waitListed(n, true)
+			}
+			nd := h.getNode(dead)
+			nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown",
+				LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
+			h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
+			h.fault(dead, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
+			h.reconcile(dead)
+			h.clock.Step(5 * time.Minute)
+			h.reconcile(dead)
+			h.g.Expect(e.daemonPodExists(dead)).To(BeFalse(), "the dead member's daemon pod is deleted")
+			deletions := func() int {
+				n := 0
+				for _, r := range e.rec.on("ComputeDomain", "default", e.domainName(d)) {
+					if r == gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted {
+						n++
+					}
+				}
+				return n
+			}
+			h.g.Expect(deletions()).To(Equal(1))
+
+			// The driver's pass: v25.8 drops the entry by the pod's IP; v25.12's
+			// DaemonSet re-creates the pod on the dead node and the clique keeps
+			// the entry.
+			e.resyncDriver(d, clique, dead, alive)
+			if !shape.Cliques {
+				e.removeCliqueEntry(dead, d, clique) // by the deleted pod's IP
+				e.waitListed(dead, false)
+				for range 3 {
+					h.reconcile(dead)
+				}
+				h.g.Expect(meta.IsStatusConditionTrue(h.nodeHealth(dead).Status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition)).To(BeFalse())
+				h.g.Expect(deletions()).To(Equal(1))
+				return
+			}
+			h.g.Expect(e.daemonPods(dead, d)).To(HaveLen(1), "the DaemonSet re-created the pod")
+			h.g.Eventually(func() int { return len(e.view.Listed(dead)) }).Should(Equal(1), "the clique keeps the entry while a pod object is bound")
+			for range 3 {
+				h.reconcile(dead)
+				e.resyncDriver(d, clique, dead, alive)
+			}
+			h.g.Expect(deletions()).To(Equal(1), "a pod that never ran is not deleted again: no churn")
+			nh := h.nodeHealth(dead)
+			cond := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition)
+			h.g.Expect(cond).NotTo(BeNil())
+			h.g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
+			h.g.Expect(cond.Message).To(ContainSubstring("CliqueEntry"))
+			h.g.Expect(e.rec.on("ComputeDomain", "default", e.domainName(d))).To(ContainElement(gpuhealthv1alpha1.ReasonDeadMemberStillListed))
+			stillListed := 0
+			for _, r := range e.rec.on("ComputeDomain", "default", e.domainName(d)) {
+				if r == gpuhealthv1alpha1.ReasonDeadMemberStillListed {
+					stillListed++
+				}
+			}
+			h.g.Expect(stillListed).To(Equal(1), "one Event on the domain, not one per reconcile")
+			h.g.Expect(h.getNode(dead).Labels).To(HaveKey(computedomain.NodeLabel), "the driver's label is left alone by default")
+
+			// The policy's choice: the label goes, so the DaemonSet removes the
+			// pod and the clique drops the entry.
+			h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(policy), policy)).To(Succeed())
+			policy.Spec.ComputeDomain.ReleaseDeadMemberLabel = true
+			h.g.Expect(k8sClient.Update(h.ctx, policy)).To(Succeed())
+			h.g.Eventually(func() bool {
+				h.reconcile(dead)
+				return h.getNode(dead).Labels[computedomain.NodeLabel] == ""
+			}).Should(BeTrue(), "releaseDeadMemberLabel removes the label")
+			h.g.Expect(e.rec.on("Node", "", dead)).To(ContainElement(gpuhealthv1alpha1.ReasonDeadMemberLabelRemoved))
+			e.resyncDriver(d, clique, dead, alive)
+			e.waitListed(dead, false)
+			h.reconcile(dead)
+			cond = meta.FindStatusCondition(h.nodeHealth(dead).Status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition)
+			h.g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+			h.g.Expect(e.view.Listed(alive)).NotTo(BeEmpty(), "the live member stays")
+		})
+	}
 }

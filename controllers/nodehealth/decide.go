@@ -71,6 +71,9 @@ type plan struct {
 	deleteDaemonPods []*corev1.Pod
 	// deadSince is when the dead member turned NotReady.
 	deadSince time.Time
+	// removeDomainLabel removes a dead member's ComputeDomain node label
+	// (the policy's releaseDeadMemberLabel).
+	removeDomainLabel bool
 	// reserveBreaker asks the circuit breaker for one more quarantine.
 	reserveBreaker bool
 	// confirmBudget says a drain was decided from a cache count: it is
@@ -172,8 +175,12 @@ func (d *decider) housekeeping() {
 				"the node is no longer draining ("+string(phase)+")")
 		}
 	}
-	if phase != gpuhealthv1alpha1.PhaseHealthy {
+	switch {
+	case phase != gpuhealthv1alpha1.PhaseHealthy:
 		d.deadMember()
+	case meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition):
+		d.condition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, false, gpuhealthv1alpha1.ReasonNotDeadMember,
+			"the node is back in service")
 	}
 	if d.p.node == nodeOutOfService {
 		d.p.nodeReason, d.p.nodeMessage = d.nodeCondition()

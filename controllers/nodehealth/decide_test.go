@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
@@ -162,6 +163,18 @@ func asks(action gpuhealthv1alpha1.RequestAction) func(*observation) {
 
 func cdMember(o *observation) {
 	o.cd = &observedMembership{uid: "cd-1", traces: []gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceNodeLabel}}
+}
+
+// deadMember makes the node dead by the policy's rules: NotReady for an
+// hour under notReadyIsDead.
+func deadMember(o *observation) {
+	o.policy.Spec.ComputeDomain.NotReadyIsDead = true
+	o.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}
+}
+
+// ranPod is a daemon pod that ran: it has an IP.
+func ranPod(name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "nvidia"}, Status: corev1.PodStatus{PodIP: "10.1.0.9"}}
 }
 
 func phasesOf(p *plan) []gpuhealthv1alpha1.NodeHealthPhase {
@@ -565,12 +578,49 @@ func TestDecide(t *testing.T) {
 		}},
 
 		// ComputeDomains.
-		{"a dead, fenced member: its daemon pods go", obs(inPhase(quarantined), fenced, finding(), noRoom, cdMember, func(o *observation) {
-			o.policy.Spec.ComputeDomain.NotReadyIsDead = true
-			o.cd.daemonPods = []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "imex-n", Namespace: "nvidia"}}}
-			o.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}
+		{"a dead, fenced member: its daemon pods go", obs(inPhase(quarantined), fenced, finding(), noRoom, cdMember, deadMember, func(o *observation) {
+			o.cd.daemonPods = []*corev1.Pod{ranPod("imex-n")}
 		}), func(g *WithT, p *plan) {
 			g.Expect(p.deleteDaemonPods).To(HaveLen(1))
+			g.Expect(p.status.ComputeDomain.DeadSince.Time).To(Equal(t0.Add(-time.Hour)), "once per dead period")
+			g.Expect(p.removeDomainLabel).To(BeFalse(), "the driver's label is the policy's choice")
+		}},
+		{"a dead member's pod that never ran (re-created by the DaemonSet) is left alone", obs(inPhase(quarantined), fenced, finding(), noRoom, cdMember, deadMember, func(o *observation) {
+			o.cd.daemonPods = []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "imex-n-new", Namespace: "nvidia"}}}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.deleteDaemonPods).To(BeEmpty())
+		}},
+		{"a dead member's pods go once per dead period", obs(inPhase(quarantined), fenced, finding(), noRoom, cdMember, deadMember, func(o *observation) {
+			o.cd.daemonPods = []*corev1.Pod{ranPod("imex-n")}
+			o.nh.Status.ComputeDomain = &gpuhealthv1alpha1.ComputeDomainMembership{UID: "cd-1", DeadSince: &metav1.Time{Time: t0.Add(-time.Hour)}}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.deleteDaemonPods).To(BeEmpty())
+		}},
+		{"a dead member the driver still lists: DeadMemberListed and an Event on the domain", obs(inPhase(quarantined), fenced, finding(), noRoom, cdMember, deadMember, func(o *observation) {
+			o.cd.traces = []gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceNodeLabel}
+			o.cd.domain = &computedomain.Domain{UID: "cd-1", Namespace: "ml", Name: "train"}
+		}), func(g *WithT, p *plan) {
+			c := meta.FindStatusCondition(p.status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Message).To(ContainSubstring("releaseDeadMemberLabel"))
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Warning " + gpuhealthv1alpha1.ReasonDeadMemberStillListed))
+		}},
+		{"releaseDeadMemberLabel removes a dead member's domain label", obs(inPhase(quarantined), fenced, finding(), noRoom, cdMember, deadMember, func(o *observation) {
+			o.policy.Spec.ComputeDomain.ReleaseDeadMemberLabel = true
+			o.node.Labels = map[string]string{computedomain.NodeLabel: "cd-1"}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.removeDomainLabel).To(BeTrue())
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Warning " + gpuhealthv1alpha1.ReasonDeadMemberLabelRemoved))
+		}},
+		{"a Ready member is never released", obs(inPhase(quarantined), fenced, finding(), noRoom, cdMember, deadMember, func(o *observation) {
+			o.policy.Spec.ComputeDomain.ReleaseDeadMemberLabel = true
+			o.node.Labels = map[string]string{computedomain.NodeLabel: "cd-1"}
+			o.cd.daemonPods = []*corev1.Pod{ranPod("imex-n")}
+			o.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.removeDomainLabel).To(BeFalse())
+			g.Expect(p.deleteDaemonPods).To(BeEmpty())
 		}},
 		{"an IMEX finding about a node that is no member is ignored", obs(breakerClosed, finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) {
 			e.Spec.Source, e.Spec.Check, e.Spec.Code = gpuhealthv1alpha1.SourceIMEX, gpuhealthv1alpha1.CheckIMEXDaemon, "DOWN"

@@ -49,10 +49,15 @@ var (
 		Name: "gpuhealth_nodehealth_drain_timed_out",
 		Help: "1 while a draining node has pods that must leave past the drain timeout and the policy waits for them (condition DrainTimedOut), 0 otherwise.",
 	}, []string{labelNode})
+
+	deadMemberListed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpuhealth_nodehealth_dead_member_listed",
+		Help: "1 while a dead, fenced ComputeDomain member is still listed by NVIDIA's driver, so its peers hold it (condition DeadMemberListed), 0 otherwise.",
+	}, []string{labelNode})
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase, drainTimedOut, staleDaemonPodsDeleted, budgetBlocked)
+	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase, drainTimedOut, deadMemberListed, staleDaemonPodsDeleted, budgetBlocked)
 	// Every series from zero, so the first illegal transition is an
 	// increase() an alert sees, not a new series at 1.
 	for _, p := range fsm.Phases() {
@@ -75,6 +80,11 @@ func nodeGauges(nh *gpuhealthv1alpha1.NodeHealth) {
 		v = 1
 	}
 	drainTimedOut.WithLabelValues(nh.Name).Set(v)
+	v = 0
+	if meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition) {
+		v = 1
+	}
+	deadMemberListed.WithLabelValues(nh.Name).Set(v)
 	for _, p := range fsm.Phases() {
 		v := 0.0
 		if p == nh.Status.Phase {
@@ -89,4 +99,5 @@ func nodeGauges(nh *gpuhealthv1alpha1.NodeHealth) {
 func forgetNodeGauges(node string) {
 	nodePhase.DeletePartialMatch(prometheus.Labels{labelNode: node})
 	drainTimedOut.DeleteLabelValues(node)
+	deadMemberListed.DeleteLabelValues(node)
 }

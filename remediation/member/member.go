@@ -75,3 +75,22 @@ func DeleteStalePod(ctx context.Context, c client.Client, n *corev1.Node, pod *c
 	}
 	return nil
 }
+
+// RemoveLabel removes label key from a node that is not Ready, with an
+// optimistic lock on the node's resourceVersion: a node that changed since
+// it was read (it came back, or was relabelled) is left alone and the next
+// reconcile looks again. n is updated in place on success.
+func RemoveLabel(ctx context.Context, c client.Client, n *corev1.Node, key string) error {
+	if Ready(n) {
+		return fmt.Errorf("refusing to remove label %s from node %s: it is Ready", key, n.Name)
+	}
+	if _, ok := n.Labels[key]; !ok {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(n.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	delete(n.Labels, key)
+	if err := c.Patch(ctx, n, patch); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing label %s from node %s: %w", key, n.Name, err)
+	}
+	return nil
+}

@@ -73,3 +73,39 @@ func TestDeleteStalePodRefusesALiveNode(t *testing.T) {
 	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})).NotTo(Succeed(), "deleted")
 	g.Expect(DeleteStalePod(ctx, c, dead, pod)).To(Succeed(), "already gone is done")
 }
+
+// TestRemoveLabelRefusesALiveNode: a Ready node keeps its label whatever the
+// caller decided; a dead one loses it, and a node that changed since it was
+// read is left for the next look.
+func TestRemoveLabelRefusesALiveNode(t *testing.T) {
+	g := NewWithT(t)
+	scheme := runtime.NewScheme()
+	g.Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	const key = "resource.nvidia.com/computeDomain"
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{key: "uid-1"}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(node.DeepCopy()).Build()
+	ctx := context.Background()
+	read := func() *corev1.Node {
+		n := &corev1.Node{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(node), n)).To(Succeed())
+		return n
+	}
+
+	g.Expect(RemoveLabel(ctx, c, read(), key)).To(MatchError(ContainSubstring("is Ready")))
+	g.Expect(read().Labels).To(HaveKey(key))
+
+	dead := read()
+	dead.Status.Conditions[0].Status = corev1.ConditionUnknown
+	g.Expect(c.Status().Update(ctx, dead)).To(Succeed())
+	stale := read()
+	current := read()
+	current.Labels["other"] = "x"
+	g.Expect(c.Update(ctx, current)).To(Succeed())
+	g.Expect(RemoveLabel(ctx, c, stale, key)).To(Succeed(), "a conflict is left for the next look")
+	g.Expect(read().Labels).To(HaveKey(key))
+
+	g.Expect(RemoveLabel(ctx, c, read(), key)).To(Succeed())
+	g.Expect(read().Labels).NotTo(HaveKey(key))
+	g.Expect(RemoveLabel(ctx, c, read(), key)).To(Succeed(), "already gone is done")
+}
