@@ -581,20 +581,14 @@ func TestDeadMemberDaemonPodDeletedOnlyAfterFencing(t *testing.T) {
 				e.join(n, d, clique)
 				e.waitListed(n, true)
 			}
-			setReady := func(node string, ready corev1.ConditionStatus) {
-				nd := h.getNode(node)
-				nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "Test",
-					LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
-				h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
-			}
 			outOfService := func(node string) {
 				nd := h.getNode(node)
 				patch := client.MergeFrom(nd.DeepCopy())
 				nd.Spec.Taints = append(nd.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
 				h.g.Expect(k8sClient.Patch(h.ctx, nd, patch)).To(Succeed())
 			}
-			setReady(dead, corev1.ConditionUnknown)
-			setReady(alive, corev1.ConditionTrue)
+			h.setReady(dead, corev1.ConditionUnknown, "Test")
+			h.setReady(alive, corev1.ConditionTrue, "Test")
 
 			// NotReady and out of service, but not fenced (no finding): untouched.
 			outOfService(dead)
@@ -641,10 +635,7 @@ func TestDeadMemberWaitsForGraceAndOutOfService(t *testing.T) {
 					n := h.cliqueNode("a", clique)
 					e.join(n, d, clique)
 					e.waitListed(n, true)
-					nd := h.getNode(n)
-					nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletDown",
-						LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
-					h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
+					h.setReady(n, corev1.ConditionFalse, "KubeletDown")
 					h.fault(n, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
 
 					// Fenced, NotReady, inside the grace period: the pod stays and
@@ -707,6 +698,15 @@ func TestIMEXFindingsCountOnlyForMembers(t *testing.T) {
 	h.g.Expect(nh.Status.ComputeDomain.UID).To(Equal("8d5a3c1e-uid"))
 	h.g.Expect(nh.Status.ComputeDomain.Traces).To(Equal([]gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceNodeLabel}))
 	h.g.Expect(historyPhases(nh)).To(ContainElement(quarantined))
+}
+
+// setReady sets the node's Ready condition, changed now by the test clock.
+func (h *harness) setReady(node string, status corev1.ConditionStatus, reason string) {
+	h.t.Helper()
+	nd := h.getNode(node)
+	nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: reason,
+		LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
+	h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
 }
 
 // resyncDriver plays one pass of NVIDIA's driver controller and the
@@ -786,10 +786,7 @@ func TestADeadMemberLeavesTheDriversList(t *testing.T) {
 				e.join(n, d, clique)
 				e.waitListed(n, true)
 			}
-			nd := h.getNode(dead)
-			nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown",
-				LastHeartbeatTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now())}}
-			h.g.Expect(k8sClient.Status().Update(h.ctx, nd)).To(Succeed())
+			h.setReady(dead, corev1.ConditionUnknown, "NodeStatusUnknown")
 			h.fault(dead, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
 			h.reconcile(dead)
 			h.clock.Step(5 * time.Minute)
