@@ -189,7 +189,7 @@ func decodeNVLink5(code int, message string) (verdict, string) {
 			sev = "no severity"
 		}
 		v.reason = fmt.Sprintf("NVLink5 decode: %s IntrInfo 0x%08x error status 0x%08x matches %s (%s, %s layout): %s",
-			displaySubcode(row.Subcode), n.IntrInfo, n.ErrorStatus, action, sev, layout, v.reason)
+			row.Subcode, n.IntrInfo, n.ErrorStatus, action, sev, layout, v.reason)
 		return v, "DECODE_" + action
 	}
 	switch {
@@ -201,12 +201,4 @@ func decodeNVLink5(code int, message string) (verdict, string) {
 		return verdict{degraded, recertify, "NVLink5 error without the driver's registers (NVML carries none): recertification checks the links"}, bucketNVLink5
 	}
 	return verdict{degraded, recertify, "NVLink5 error without a severity flag the decode sheet does not match: recertification checks the links"}, bucketNVLink5
-}
-
-// displaySubcode returns a decode row's subcode for a message.
-func displaySubcode(s string) string {
-	if s == "" {
-		return "unit"
-	}
-	return s
 }

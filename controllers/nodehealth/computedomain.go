@@ -372,10 +372,8 @@ func (d *decider) deadMember() {
 	})
 	st := d.p.status.ComputeDomain
 	if !dead || st == nil {
-		if meta.IsStatusConditionTrue(d.p.status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition) {
-			d.condition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, false, gpuhealthv1alpha1.ReasonNotDeadMember,
-				"the node is not a dead ComputeDomain member")
-		}
+		d.clearCondition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, gpuhealthv1alpha1.ReasonNotDeadMember,
+			"the node is not a dead ComputeDomain member")
 		return
 	}
 	if st.DeadSince == nil || !st.DeadSince.Equal(&metav1.Time{Time: since}) {
@@ -391,10 +389,8 @@ func (d *decider) deadMember() {
 			computedomain.NodeLabel, o.node.Labels[computedomain.NodeLabel], since.UTC().Format(time.RFC3339))
 	}
 	if !listed {
-		if meta.IsStatusConditionTrue(d.p.status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition) {
-			d.condition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, false, gpuhealthv1alpha1.ReasonComputeDomainLeft,
-				"the driver no longer lists the dead node")
-		}
+		d.clearCondition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, gpuhealthv1alpha1.ReasonComputeDomainLeft,
+			"the driver no longer lists the dead node")
 		return
 	}
 	msg := fmt.Sprintf("the node is dead (NotReady since %s, fenced) but NVIDIA's driver still lists it (%s), so its peers hold it; "+

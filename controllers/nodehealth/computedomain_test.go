@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,15 +77,6 @@ type cdEnv struct {
 	cliques map[string]*unstructured.Unstructured
 	// domains holds the ComputeDomain objects by UID.
 	domains map[types.UID]*unstructured.Unstructured
-}
-
-// joinTraces writes traces as the NodeHealth condition's message does.
-func joinTraces(ts []gpuhealthv1alpha1.MembershipTrace) string {
-	parts := make([]string, len(ts))
-	for i, t := range ts {
-		parts[i] = string(t)
-	}
-	return strings.Join(parts, ", ")
 }
 
 // entry is the trace a membership list entry leaves in this shape.
@@ -168,6 +158,18 @@ func (e *cdEnv) domainName(uid types.UID) string {
 	d, ok := e.view.Domain(uid)
 	e.h.g.Expect(ok).To(BeTrue())
 	return d.Name
+}
+
+// member creates domain "d" and makes node "a", in clique "<label>.1",
+// its member, listed by the view.
+func (e *cdEnv) member() (types.UID, string, string) {
+	e.h.t.Helper()
+	d := e.domain("d")
+	clique := e.h.label + ".1"
+	n := e.h.cliqueNode("a", clique)
+	e.join(n, d, clique)
+	e.waitListed(n, true)
+	return d, clique, n
 }
 
 // join makes node a member of the domain as the driver does: node label,
@@ -436,11 +438,7 @@ func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
 				s.Recertification.SoakWindow = dur("1h")
 			})
 			e := h.withComputeDomains(shape)
-			d := e.domain("d")
-			clique := h.label + ".1"
-			n := h.cliqueNode("a", clique)
-			e.join(n, d, clique)
-			e.waitListed(n, true)
+			d, clique, n := e.member()
 			h.pod(n, h.label+"-worker", nil)
 			h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
 
@@ -477,7 +475,7 @@ func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
 			cond := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition)
 			h.g.Expect(cond).NotTo(BeNil())
 			h.g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
-			h.g.Expect(cond.Message).To(ContainSubstring(joinTraces(e.traces(gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod))))
+			h.g.Expect(cond.Message).To(ContainSubstring(traceList(e.traces(gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod))))
 			h.g.Expect(e.rec.on("Node", "", n)).To(ContainElement(gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck))
 			dName := e.domainName(d)
 			h.g.Expect(e.rec.on("ComputeDomain", "default", dName)).To(Equal([]string{gpuhealthv1alpha1.ReasonMemberQuarantined, gpuhealthv1alpha1.ReasonComputeDomainLeaveStuck}), "one stuck Event, not one per reconcile")
@@ -534,11 +532,7 @@ func TestLeaveStuckClearsWhenReleased(t *testing.T) {
 			h := newHarness(t)
 			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.ComputeDomain.LeaveTimeout = dur("1m") })
 			e := h.withComputeDomains(shape)
-			d := e.domain("d")
-			clique := h.label + ".1"
-			n := h.cliqueNode("a", clique)
-			e.join(n, d, clique)
-			e.waitListed(n, true)
+			_, _, n := e.member()
 			h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
 			h.reconcile(n)
 			h.clock.Step(time.Minute)
@@ -630,11 +624,7 @@ func TestDeadMemberWaitsForGraceAndOutOfService(t *testing.T) {
 						s.ComputeDomain.NotReadyIsDead = notReadyIsDead
 					})
 					e := h.withComputeDomains(shape)
-					d := e.domain("d")
-					clique := h.label + ".1"
-					n := h.cliqueNode("a", clique)
-					e.join(n, d, clique)
-					e.waitListed(n, true)
+					_, _, n := e.member()
 					h.setReady(n, corev1.ConditionFalse, "KubeletDown")
 					h.fault(n, gpuhealthv1alpha1.CheckGPULost, "GPU_IS_LOST")
 

@@ -165,22 +165,15 @@ func (d *decider) housekeeping() {
 	d.membership()
 	phase := d.machine.Phase()
 	if phase != gpuhealthv1alpha1.PhaseDraining {
-		if meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition) {
-			// A human released or cancelled the drain: nothing waits to leave.
-			d.condition(gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition, false, gpuhealthv1alpha1.ReasonNotDraining,
-				"the node is no longer draining ("+string(phase)+")")
-		}
-		if meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition) {
-			d.condition(gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, false, gpuhealthv1alpha1.ReasonNotDraining,
-				"the node is no longer draining ("+string(phase)+")")
-		}
+		// A human released or cancelled the drain: nothing waits to leave.
+		msg := "the node is no longer draining (" + string(phase) + ")"
+		d.clearCondition(gpuhealthv1alpha1.NodeHealthComputeDomainLeaveStuckCondition, gpuhealthv1alpha1.ReasonNotDraining, msg)
+		d.clearCondition(gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, gpuhealthv1alpha1.ReasonNotDraining, msg)
 	}
-	switch {
-	case phase != gpuhealthv1alpha1.PhaseHealthy:
+	if phase != gpuhealthv1alpha1.PhaseHealthy {
 		d.deadMember()
-	case meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition):
-		d.condition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, false, gpuhealthv1alpha1.ReasonNotDeadMember,
-			"the node is back in service")
+	} else {
+		d.clearCondition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, gpuhealthv1alpha1.ReasonNotDeadMember, "the node is back in service")
 	}
 	if d.p.node == nodeOutOfService {
 		d.p.nodeReason, d.p.nodeMessage = d.nodeCondition()
@@ -483,9 +476,7 @@ func (d *decider) draining() {
 func (d *decider) drainTimeout() {
 	res, st := d.o.drain.result, &d.p.status
 	if res.TimedOut == 0 {
-		if meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition) {
-			d.condition(gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, false, gpuhealthv1alpha1.ReasonDrainOnTime, "no pod is left past the drain timeout")
-		}
+		d.clearCondition(gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, gpuhealthv1alpha1.ReasonDrainOnTime, "no pod is left past the drain timeout")
 		return
 	}
 	names := make([]string, 0, len(res.TimedOutPods))
@@ -797,6 +788,13 @@ func (d *decider) held(what string) bool {
 // statusReason records what the node waits for without a transition.
 func (d *decider) statusReason(reason, message string) {
 	d.p.status.Reason, d.p.status.Message = reason, truncate(message, 1024)
+}
+
+// clearCondition sets condition t False, when it is True now.
+func (d *decider) clearCondition(t, reason, message string) {
+	if meta.IsStatusConditionTrue(d.p.status.Conditions, t) {
+		d.condition(t, false, reason, message)
+	}
 }
 
 func (d *decider) condition(t string, ok bool, reason, message string) {

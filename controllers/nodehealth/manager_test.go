@@ -157,11 +157,7 @@ func TestManagerViewWakesALeavingNode(t *testing.T) {
 			g := h.g
 			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Recertification.SoakWindow = dur("1h") })
 			e := h.withComputeDomains(shape) // the test's own view, to know what the driver did
-			d := e.domain("d")
-			clique := h.label + ".1"
-			n := h.cliqueNode("a", clique)
-			e.join(n, d, clique)
-			e.waitListed(n, true)
+			d, clique, n := e.member()
 
 			mgr, err := ctrl.NewManager(testEnv.Config, ctrl.Options{
 				Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},

@@ -201,8 +201,13 @@ func parseXID(e Entry, rest string) (Entry, error) {
 	return e, nil
 }
 
-// sxidFlags are the severity tokens the driver's SXid formats print first.
-var sxidFlags = []string{"Fatal", "Non-fatal", "Correctable"}
+// sxidFlags are the severity tokens an SXid line may start with, and the
+// flag each means: the driver's formats print Fatal, Non-fatal and
+// Correctable; "Nonfatal" and "Non fatal" appear in hand-written logs.
+var sxidFlags = []struct{ token, flag string }{
+	{"Fatal", "Fatal"}, {"Non-fatal", "Non-fatal"}, {"Correctable", "Correctable"},
+	{"Nonfatal", "Non-fatal"}, {"Non fatal", "Non-fatal"},
+}
 
 // parseSXid reads what follows "SXid":
 // " (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up". The driver
@@ -225,17 +230,9 @@ func parseSXid(e Entry, rest string) (Entry, error) {
 	e.Kind, e.PCIBusID, e.Code = KindSXID, a.bus, code
 	e.Text = text
 	for _, f := range sxidFlags {
-		if rest, ok := cutWord(text, f); ok {
-			e.Flag, e.Text = f, strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), ","))
+		if rest, ok := cutWord(text, f.token); ok {
+			e.Flag, e.Text = f.flag, strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), ","))
 			break
-		}
-	}
-	if e.Flag == "" {
-		// "Nonfatal" and "non fatal" appear in hand-written logs.
-		for _, alias := range []string{"Nonfatal", "Non fatal"} {
-			if rest, ok := cutWord(text, alias); ok {
-				e.Flag, e.Text = "Non-fatal", strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), ","))
-			}
 		}
 	}
 	e.Fatal = e.Flag == "Fatal"

@@ -60,7 +60,7 @@ func classify(f *monitors.Finding, recent []int) {
 			f.Message = fmt.Sprintf("XID %d: %s; %s", n, e.Summary(), e.Reason)
 		case !e.Known:
 			f.Message = e.Description + ": " + f.Message
-		case xid.ReadsMessage(n) || n == 45 || n == 159:
+		case xid.JudgedPerOccurrence(n):
 			// The verdict came from the line or from the XIDs before it:
 			// say which, so that the event explains itself.
 			f.Message += " [" + e.Reason + "]"

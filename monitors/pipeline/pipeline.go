@@ -148,7 +148,7 @@ func New(opts Options) (*Pipeline, error) {
 	}
 	p.nextGen = 1
 	for _, committed := range opts.Checkpointed {
-		p.nextGen = max(committed, committed+1) // stays at the largest value
+		p.nextGen = after(committed)
 	}
 	now := opts.Clock.Now()
 	for _, r := range opts.Replay {
@@ -331,8 +331,17 @@ func (p *Pipeline) Seal(gen uint64) {
 		e.unsealed -= min(e.sealable, e.unsealed)
 		e.sealable = 0
 	}
-	p.nextGen = max(gen, gen+1)
+	p.nextGen = after(gen)
 	p.signal()
+}
+
+// after is the generation after gen; the largest one (a checkpointed
+// source without a usable position) has none after it and stays.
+func after(gen uint64) uint64 {
+	if gen == ^uint64(0) {
+		return gen
+	}
+	return gen + 1
 }
 
 func (p *Pipeline) signal() {
