@@ -62,10 +62,14 @@ func run() error {
 	flag.DurationVar(&o.stormHoldMax, "storm-hold-max", 10*time.Second, "The longest a fenced node's write-up waits for a storm to pass.")
 	flag.DurationVar(&o.eventRetention, "event-retention", 7*24*time.Hour, "How long a finished NodeHealthEvent (Resolved, Superseded or Ignored) is kept; 0 keeps them (only --max-events-per-node bounds them). Active findings are never deleted.")
 	flag.IntVar(&o.maxEventsPerNode, "max-events-per-node", 100, "The most NodeHealthEvents kept per node; beyond it the oldest finished ones are deleted (never an active one); 0 means no cap.")
+	flag.DurationVar(&o.cdDiscovery, "compute-domain-discovery-interval", 30*time.Second, "How often to ask the apiserver whether NVIDIA's ComputeDomain CRDs (and which of their kinds) are served; a driver installed, upgraded or removed later is noticed within this time.")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	if o.cdDiscovery <= 0 {
+		return fmt.Errorf("--compute-domain-discovery-interval must be positive, got %s", o.cdDiscovery)
+	}
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -121,6 +125,9 @@ type options struct {
 	stormHoldMax     time.Duration
 	eventRetention   time.Duration
 	maxEventsPerNode int
+	// cdDiscovery is how often the ComputeDomain view asks whether
+	// NVIDIA's CRDs are served.
+	cdDiscovery time.Duration
 }
 
 // setup is the composition root: it builds the clock, recorder and drainer
@@ -132,8 +139,9 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		return fmt.Errorf("creating the discovery client: %w", err)
 	}
 	// The ComputeDomain view waits for NVIDIA's CRDs and watches them once
-	// they are served; without them it costs one discovery GET per 30 s.
+	// they are served; without them it costs one discovery GET per interval.
 	view := computedomain.NewView(mgr.GetCache(), disc, clk)
+	view.PollInterval = o.cdDiscovery
 	if err := mgr.Add(view); err != nil {
 		return fmt.Errorf("adding the ComputeDomain view: %w", err)
 	}
