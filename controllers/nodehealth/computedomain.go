@@ -28,6 +28,11 @@ const (
 	// leaveRecheck bounds the wait for a drained node to leave its domain;
 	// label, daemon pod and clique changes wake the node sooner.
 	leaveRecheck = time.Minute
+	// deadMemberSettle is how long after a dead member's daemon pods went
+	// the driver may still list it before gpuhealth says so: NVIDIA's
+	// controller resyncs every ~2 s, so v25.8 drops the entry well within
+	// it, while on v25.12 the entry stays for good.
+	deadMemberSettle = 30 * time.Second
 )
 
 // observedMembership is what this reconcile sees of the node's
@@ -393,6 +398,10 @@ func (d *decider) deadMember() {
 			"the driver no longer lists the dead node")
 		return
 	}
+	if settled := since.Add(d.deadMemberGrace() + deadMemberSettle); o.now.Before(&metav1.Time{Time: settled}) {
+		d.wait(settled.Sub(o.now.Time)) // the driver may still be catching up
+		return
+	}
 	msg := fmt.Sprintf("the node is dead (NotReady since %s, fenced) but NVIDIA's driver still lists it (%s), so its peers hold it; "+
 		"on driver v25.12 and later the entry goes only once no daemon pod can be bound to the node: remove its %s label "+
 		"(the policy's computeDomain.releaseDeadMemberLabel does that) or delete the Node",
@@ -419,11 +428,15 @@ func (d *decider) deadSince() (time.Time, bool) {
 	if !member.OutOfService(o.node) && !o.policy.Spec.ComputeDomain.NotReadyIsDead {
 		return time.Time{}, false
 	}
-	if until := since.Add(o.policy.Spec.ComputeDomain.DeadMemberGracePeriod.Get(defaultDeadMemberGrace)); o.now.Before(&metav1.Time{Time: until}) {
+	if until := since.Add(d.deadMemberGrace()); o.now.Before(&metav1.Time{Time: until}) {
 		d.wait(until.Sub(o.now.Time))
 		return time.Time{}, false
 	}
 	return since, true
+}
+
+func (d *decider) deadMemberGrace() time.Duration {
+	return d.o.policy.Spec.ComputeDomain.DeadMemberGracePeriod.Get(defaultDeadMemberGrace)
 }
 
 // ranOnce returns the pods that ever ran: with an IP, or Ready. A daemon

@@ -809,6 +809,10 @@ func TestADeadMemberLeavesTheDriversList(t *testing.T) {
 			}
 			h.g.Expect(e.daemonPods(dead, d)).To(HaveLen(1), "the DaemonSet re-created the pod")
 			h.g.Eventually(func() int { return len(e.view.Listed(dead)) }).Should(Equal(1), "the clique keeps the entry while a pod object is bound")
+			h.reconcile(dead)
+			h.g.Expect(meta.IsStatusConditionTrue(h.nodeHealth(dead).Status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition)).To(BeFalse(),
+				"the driver gets deadMemberSettle to drop the entry")
+			h.clock.Step(deadMemberSettle)
 			for range 3 {
 				h.reconcile(dead)
 				e.resyncDriver(d, clique, dead, alive)
