@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Labels of a fake GPU node, as NVIDIA's GPU Operator and DRA driver set
@@ -161,12 +162,7 @@ func (e *Env) createNode(ctx context.Context, name string, clique int) error {
 		if err := e.Cluster.Client.Get(ctx, types.NamespacedName{Name: name}, &got); err != nil {
 			return false, err.Error()
 		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return true, ""
-			}
-		}
-		return false, "node " + name + " not Ready yet"
+		return nodeReady(&got), "node " + name + " not Ready yet"
 	})
 }
 
@@ -208,4 +204,63 @@ func ControlPlane(ctx context.Context, root string) (string, error) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return strings.TrimSpace(lines[len(lines)-1]), nil
+}
+
+// DownLabel marks a node kwok leaves alone (e2e/testdata/kwok-stages.yaml).
+const DownLabel = "e2e.gpuhealth.dev/down"
+
+// KillNode makes a fake node die: kwok stops managing it (no heartbeats;
+// pods bound to it no longer start, and deleted ones stay Terminating), and
+// its Ready condition turns Unknown, as the node lifecycle controller
+// reports a node that stopped heartbeating.
+func (e *Env) KillNode(ctx context.Context, name string) error {
+	if err := e.setDown(ctx, name, true); err != nil {
+		return err
+	}
+	var n corev1.Node
+	if err := e.Cluster.Client.Get(ctx, types.NamespacedName{Name: name}, &n); err != nil {
+		return err
+	}
+	now := metav1.Now()
+	for i := range n.Status.Conditions {
+		if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+			c.Status, c.Reason, c.Message, c.LastTransitionTime = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status.", now
+		}
+	}
+	if err := e.Cluster.Client.Status().Update(ctx, &n); err != nil {
+		return fmt.Errorf("marking node %s NotReady: %w", name, err)
+	}
+	return nil
+}
+
+// ReviveNode hands a killed node back to kwok, which makes it Ready again
+// and runs its pods.
+func (e *Env) ReviveNode(ctx context.Context, name string) error {
+	if err := e.setDown(ctx, name, false); err != nil {
+		return err
+	}
+	return Poll(ctx, time.Minute, func() (bool, string) {
+		var n corev1.Node
+		if err := e.Cluster.Client.Get(ctx, types.NamespacedName{Name: name}, &n); err != nil {
+			return false, err.Error()
+		}
+		return nodeReady(&n), "node " + name + " not Ready again"
+	})
+}
+
+func (e *Env) setDown(ctx context.Context, name string, down bool) error {
+	var n corev1.Node
+	if err := e.Cluster.Client.Get(ctx, types.NamespacedName{Name: name}, &n); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	if down {
+		n.Labels[DownLabel] = "true"
+	} else {
+		delete(n.Labels, DownLabel)
+	}
+	if err := e.Cluster.Client.Patch(ctx, &n, patch); err != nil {
+		return fmt.Errorf("labelling node %s %s=%v: %w", name, DownLabel, down, err)
+	}
+	return nil
 }

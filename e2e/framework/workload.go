@@ -26,6 +26,8 @@ type Workload struct {
 	MinAvailable *int32
 	// GPUs each replica requests (a whole node's 8 when zero; -1 for none).
 	GPUs int64
+	// PodLabels are added to the pods' labels.
+	PodLabels map[string]string
 }
 
 // CreateWorkload creates the namespace, Deployment and PDB.
@@ -35,6 +37,10 @@ func CreateWorkload(ctx context.Context, c *Cluster, w Workload) error {
 		return err
 	}
 	labels := map[string]string{"app": w.Name}
+	podLabels := map[string]string{"app": w.Name}
+	for k, v := range w.PodLabels {
+		podLabels[k] = v
+	}
 	res := corev1.ResourceList{}
 	switch {
 	case w.GPUs == 0:
@@ -61,7 +67,7 @@ func CreateWorkload(ctx context.Context, c *Cluster, w Workload) error {
 			Replicas: ptr.To(w.Replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
 				Spec: corev1.PodSpec{
 					Affinity: affinity,
 					Containers: []corev1.Container{{
