@@ -17,14 +17,17 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+HELM_VERSION ?= v3.22.0
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
 
 # Packages whose +kubebuilder:rbac markers make the operator's ClusterRole.
 RBAC_PATHS := $(strip $(foreach d,controllers remediation cmd/gpuhealth-operator,$(if $(wildcard $(d)),paths=./$(d)/...)))
 
 # Generated files that verify-generated checks.
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go api/xid/zz_generated.catalog.go config/crd config/rbac docs/monitors.md
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go api/xid/zz_generated.catalog.go config/crd config/rbac docs/monitors.md charts/gpuhealth/files \
+	config/manager/manager.yaml config/monitor/daemonset.yaml config/default/gpuhealth.yaml
 # Module files that verify-generated checks after go mod tidy.
 MODFILES := go.mod go.sum
 
@@ -58,12 +61,13 @@ fakenvml: ## Build the fake NVML library (libnvidia-ml.so.1, driven by a scenari
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC from the Go markers, the XID catalog from NVIDIA's tables, and its docs.
+generate: $(CONTROLLER_GEN) $(HELM) ## Generate deepcopy code, CRDs and RBAC from the Go markers, the XID catalog from NVIDIA's tables, and its docs.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd
 	go generate ./api/xid
 	go run ./hack/xiddocs -docs docs/monitors.md
 	@if [ -n "$(RBAC_PATHS)" ]; then set -x; $(CONTROLLER_GEN) rbac:roleName=gpuhealth-operator $(RBAC_PATHS) output:rbac:artifacts:config=config/rbac; fi
+	HELM=$(HELM) hack/chartfiles.sh
 
 .PHONY: verify-generated
 verify-generated: generate ## Fail when generated files, go.mod or go.sum (after go mod tidy) differ from what is committed.
@@ -138,6 +142,12 @@ $(CONTROLLER_GEN): | $(LOCALBIN)
 $(GOLANGCI_LINT): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(LOCALBIN)/golangci-lint $@
+
+.PHONY: helm
+helm: $(HELM) ## Install helm into ./bin.
+$(HELM): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(LOCALBIN)/helm $@
 
 .PHONY: bench-monitor
 bench-monitor: controlplane ## Node agent benchmark: injection-to-object latency, a 10,000-XID storm, idle CPU and RSS.

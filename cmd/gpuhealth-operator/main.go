@@ -62,6 +62,8 @@ func run() error {
 	flag.DurationVar(&o.stormHoldMax, "storm-hold-max", 10*time.Second, "The longest a fenced node's write-up waits for a storm to pass.")
 	flag.DurationVar(&o.eventRetention, "event-retention", 7*24*time.Hour, "How long a finished NodeHealthEvent (Resolved, Superseded or Ignored) is kept; 0 keeps them (only --max-events-per-node bounds them). Active findings are never deleted.")
 	flag.IntVar(&o.maxEventsPerNode, "max-events-per-node", 100, "The most NodeHealthEvents kept per node; beyond it the oldest finished ones are deleted (never an active one); 0 means no cap.")
+	flag.Float64Var(&o.qps, "kube-api-qps", 20, "Requests per second to the apiserver, sustained (client-side rate limit).")
+	flag.IntVar(&o.burst, "kube-api-burst", 30, "Requests to the apiserver allowed in a burst above --kube-api-qps.")
 	flag.DurationVar(&o.cdDiscovery, "compute-domain-discovery-interval", 30*time.Second, "How often to ask the apiserver whether NVIDIA's ComputeDomain CRDs (and which of their kinds) are served; a driver installed, upgraded or removed later is noticed within this time.")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
@@ -69,6 +71,9 @@ func run() error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	if o.cdDiscovery <= 0 {
 		return fmt.Errorf("--compute-domain-discovery-interval must be positive, got %s", o.cdDiscovery)
+	}
+	if o.qps <= 0 || o.burst <= 0 {
+		return fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %g and %d", o.qps, o.burst)
 	}
 
 	scheme := runtime.NewScheme()
@@ -82,6 +87,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		// Every write names the operator, whatever the binary is called:
@@ -128,6 +134,9 @@ type options struct {
 	// cdDiscovery is how often the ComputeDomain view asks whether
 	// NVIDIA's CRDs are served.
 	cdDiscovery time.Duration
+	// qps and burst limit the client's requests to the apiserver.
+	qps   float64
+	burst int
 }
 
 // setup is the composition root: it builds the clock, recorder and drainer

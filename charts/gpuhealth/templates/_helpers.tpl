@@ -1,0 +1,34 @@
+{{/* Labels every object of the release carries. */}}
+{{- define "gpuhealth.labels" -}}
+app.kubernetes.io/part-of: gpuhealth
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- if not .Values.plainManifests }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+{{- end -}}
+
+{{/* The image of a component: its own repository, tag and pull policy, or the chart's. */}}
+{{- define "gpuhealth.image" -}}
+{{- $c := index .Values .component -}}
+{{- $repo := $c.image.repository | default .Values.image.repository -}}
+{{- $tag := $c.image.tag | default .Values.image.tag | default .Chart.AppVersion -}}
+image: {{ printf "%s:%s" $repo $tag | quote }}
+imagePullPolicy: {{ $c.image.pullPolicy | default .Values.image.pullPolicy }}
+{{- end -}}
+
+{{/* A generated file of files/ as one YAML document per "---", each with the release's labels added. */}}
+{{- define "gpuhealth.documents" -}}
+{{- $root := .root -}}
+{{- range $doc := regexSplit "(?m)^---\\s*$" ($root.Files.Get .file) -1 }}
+{{- $obj := fromYaml $doc }}
+{{- if $obj }}
+{{- $meta := $obj.metadata }}
+{{- $_ := set $meta "labels" (merge (dict) (fromYaml (include "gpuhealth.labels" $root)) ($meta.labels | default dict)) }}
+{{- if hasKey $meta "namespace" }}{{ $_ := set $meta "namespace" $root.Release.Namespace }}{{ end }}
+---
+{{ toYaml $obj }}
+{{- end }}
+{{- end }}
+{{- end -}}
