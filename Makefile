@@ -100,8 +100,8 @@ controlplane: ## Build (or find cached) kube-apiserver, etcd, kwok and friends.
 	hack/controlplane.sh >/dev/null
 
 .PHONY: unit
-unit: controlplane ## Run unit and envtest suites.
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh 2>/dev/null | tail -1)" go test $(GO_TEST_FLAGS) ./...
+unit: controlplane $(HELM) ## Run unit and envtest suites (the chart's tests run helm).
+	HELM=$(HELM) KUBEBUILDER_ASSETS="$$(hack/controlplane.sh 2>/dev/null | tail -1)" go test $(GO_TEST_FLAGS) ./...
 
 # Fuzz targets (package:target) that `make fuzz` runs for FUZZTIME each. The
 # seed corpora also run as plain tests in `make unit`.
@@ -116,8 +116,8 @@ fuzz: ## Run every parser's fuzz target briefly (FUZZTIME each; longer: make fuz
 	  go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; done
 
 .PHONY: e2e
-e2e: controlplane ## End-to-end suite: the real binaries on a local kwok cluster (GPUHEALTH_E2E_KEEP=1 keeps the logs).
-	go test -tags e2e -count=1 -timeout 20m ./e2e/
+e2e: controlplane $(HELM) ## End-to-end suite: the real binaries on a local kwok cluster, installed with the chart (GPUHEALTH_E2E_KEEP=1 keeps the logs).
+	HELM=$(HELM) go test -tags e2e -count=1 -timeout 20m ./e2e/
 
 .PHONY: demo
 demo: ## Start a local cluster with 4 fake GPU nodes, the operator and monitors; inject XID 79 and watch it heal.
