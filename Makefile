@@ -120,8 +120,8 @@ e2e: controlplane $(HELM) ## End-to-end suite: the real binaries on a local kwok
 	HELM=$(HELM) go test -tags e2e -count=1 -timeout 20m ./e2e/
 
 .PHONY: demo
-demo: ## Start a local cluster with 4 fake GPU nodes, the operator and monitors; inject XID 79 and watch it heal.
-	go run ./e2e/demo
+demo: $(HELM) ## Start a local cluster with 4 fake GPU nodes, the operator and monitors; inject XID 79 and watch it heal.
+	HELM=$(HELM) go run ./e2e/demo
 
 .PHONY: demo-down
 demo-down: ## Remove the demo cluster and stop its processes.

@@ -81,7 +81,7 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("kwokctl %s: %w\n%s", strings.Join(args, " "), err, tail(out, 3000))
+		return fmt.Errorf("kwokctl %s: %w\n%s", strings.Join(args, " "), err, tail(out))
 	}
 	return nil
 }
@@ -203,21 +203,43 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	cmd.Dir = c.Root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, tail(out, 3000))
+		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, tail(out))
 	}
 	return string(out), nil
 }
 
-// Install applies the project's manifests as a user would — CRDs, the
-// operator's and the monitor's RBAC, the admission policy, the monitor
-// DaemonSet — and waits until the CRDs serve.
+// Install installs gpuhealth as a user would, with its Helm chart and the
+// remediation profile: the CRDs, the operator's and the monitor's RBAC, the
+// admission policy, the monitor DaemonSet (kwok runs its pods; the suite's
+// agents authenticate as them) and the default RemediationPolicy. The
+// operator's Deployment gets no replicas: the suite runs the operator as a
+// host process, as its service account.
 func (c *Cluster) Install(ctx context.Context) error {
-	if _, err := c.Kubectl(ctx, "apply", "-f", "config/manager/namespace.yaml", "-f", "config/crd", "-f", "config/rbac", "-f", "config/monitor"); err != nil {
-		return err
-	}
-	_, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/nodehealthevents.gpuhealth.dev", "crd/nodehealths.gpuhealth.dev", "crd/remediationpolicies.gpuhealth.dev")
+	_, err := c.Helm(ctx, "upgrade", "--install", ReleaseName, "charts/gpuhealth", "--namespace", Namespace, "--create-namespace",
+		"-f", "charts/gpuhealth/values-remediation.yaml", "--set", "operator.replicas=0", "--wait", "--timeout", "2m")
 	return err
+}
+
+// ReleaseName is the suite's Helm release.
+const ReleaseName = "gpuhealth"
+
+// Helm runs helm against the cluster (HELM, or the repository's bin/helm-v3.22.0)
+// and returns its combined output.
+func (c *Cluster) Helm(ctx context.Context, args ...string) (string, error) {
+	bin := os.Getenv("HELM")
+	if bin == "" {
+		bin = filepath.Join(c.Root, "bin", "helm-v3.22.0")
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	cmd.Dir = c.Root
+	// Helm's caches and repository config stay with the cluster.
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(c.WorkDir, "helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(c.WorkDir, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(c.WorkDir, "helm", "data"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, tail(out))
+	}
+	return string(out), nil
 }
 
 // TokenKubeconfig writes a kubeconfig that authenticates only with a
@@ -272,7 +294,9 @@ func Poll(ctx context.Context, timeout time.Duration, check func() (bool, string
 	}
 }
 
-func tail(b []byte, n int) string {
+// tail is the end of a command's output, for an error.
+func tail(b []byte) string {
+	const n = 3000
 	if len(b) > n {
 		b = b[len(b)-n:]
 	}

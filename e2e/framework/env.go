@@ -39,8 +39,8 @@ type Options struct {
 	Dir string
 	// Nodes is how many fake GPU nodes to create (gpu-node-0 …).
 	Nodes int
-	// PolicyPatch is a JSON merge patch applied to config/samples'
-	// default RemediationPolicy (shorter durations for a quick run).
+	// PolicyPatch is a JSON merge patch applied to the chart's default
+	// RemediationPolicy (config/samples') (shorter durations for a quick run).
 	PolicyPatch string
 	// OperatorArgs are extra flags for the operator.
 	OperatorArgs []string
@@ -81,13 +81,12 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	if err := e.Cluster.Create(ctx); err != nil {
 		return e, err
 	}
-	o.Log("installing config/crd, config/rbac, config/monitor and the default RemediationPolicy with kubectl")
+	o.Log("installing gpuhealth with its Helm chart (remediation profile; the operator and monitors run as host processes)")
+	start := time.Now()
 	if err := e.Cluster.Install(ctx); err != nil {
 		return e, err
 	}
-	if _, err := e.Cluster.Kubectl(ctx, "apply", "-f", "config/samples/gpuhealth_v1alpha1_remediationpolicy.yaml"); err != nil {
-		return e, err
-	}
+	o.Log("helm install --wait took %s", time.Since(start).Round(time.Millisecond))
 	if o.PolicyPatch != "" {
 		if _, err := e.Cluster.Kubectl(ctx, "patch", "remediationpolicy", "default", "--type", "merge", "-p", o.PolicyPatch); err != nil {
 			return e, err

@@ -35,7 +35,7 @@ func Build(ctx context.Context, root, dir string) (Binaries, error) {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 		cmd.Dir = root
 		if o, err := cmd.CombinedOutput(); err != nil {
-			return b, fmt.Errorf("building %s: %w\n%s", pkg, err, tail(o, 3000))
+			return b, fmt.Errorf("building %s: %w\n%s", pkg, err, tail(o))
 		}
 	}
 	lib, err := fakenvml.Build(dir)
