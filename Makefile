@@ -32,6 +32,7 @@ GENERATED := api/v1alpha1/zz_generated.deepcopy.go api/xid/zz_generated.catalog.
 MODFILES := go.mod go.sum
 
 GO_TEST_FLAGS ?= -count=1
+IMAGE_TAG ?= dev
 OUTPUT ?= $(CURDIR)/_output
 
 ##@ General
@@ -52,6 +53,10 @@ build-operator: ## Build gpuhealth-operator (static, CGO_ENABLED=0).
 .PHONY: build-monitor
 build-monitor: ## Build gpuhealth-monitor (cgo: go-nvml and go-dcgm dlopen their libraries).
 	CGO_ENABLED=1 go build -trimpath -o $(OUTPUT)/bin/gpuhealth-monitor ./cmd/gpuhealth-monitor
+
+.PHONY: image
+image: ## Build the operator and monitor images (localhost/gpuhealth-{operator,monitor}:$(IMAGE_TAG)) from the Dockerfile with podman; prints their IDs and sizes.
+	IMAGE_TAG=$(IMAGE_TAG) hack/image.sh
 
 .PHONY: fakenvml
 fakenvml: ## Build the fake NVML library (libnvidia-ml.so.1, driven by a scenario file) for tests and the demo.
@@ -116,8 +121,8 @@ fuzz: ## Run every parser's fuzz target briefly (FUZZTIME each; longer: make fuz
 	  go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; done
 
 .PHONY: e2e
-e2e: controlplane $(HELM) ## End-to-end suite: the real binaries on a local kwok cluster, installed with the chart (GPUHEALTH_E2E_KEEP=1 keeps the logs).
-	HELM=$(HELM) go test -tags e2e -count=1 -timeout 20m ./e2e/
+e2e: controlplane $(HELM) image ## End-to-end suite: the real binaries on a local kwok cluster, installed with the chart, and the images (GPUHEALTH_E2E_KEEP=1 keeps the logs).
+	HELM=$(HELM) GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) go test -tags e2e -count=1 -timeout 25m ./e2e/
 
 .PHONY: demo
 demo: $(HELM) ## Start a local cluster with 4 fake GPU nodes, the operator and monitors; inject XID 79 and watch it heal.

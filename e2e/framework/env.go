@@ -95,7 +95,7 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	o.Log("creating %d fake GPU nodes", o.Nodes)
 	for i := range o.Nodes {
 		name := fmt.Sprintf("gpu-node-%d", i)
-		if err := e.createNode(ctx, name, i/4); err != nil {
+		if err := e.AddNode(ctx, name, i/4); err != nil {
 			return e, err
 		}
 		e.Nodes = append(e.Nodes, name)
@@ -138,8 +138,9 @@ func Scenario(i int) string {
 	return b.String()
 }
 
-// createNode registers a kwok-managed fake GPU node.
-func (e *Env) createNode(ctx context.Context, name string, clique int) error {
+// AddNode registers a kwok-managed fake GPU node in clique clique and waits
+// until it is Ready.
+func (e *Env) AddNode(ctx context.Context, name string, clique int) error {
 	q := resource.MustParse
 	res := corev1.ResourceList{corev1.ResourceCPU: q("96"), corev1.ResourceMemory: q("1Ti"), corev1.ResourcePods: q("110"), GPUResource: q("8")}
 	n := &corev1.Node{

@@ -87,13 +87,18 @@ func (p *Process) Start(ctx context.Context) error {
 			return false, fmt.Sprintf("%s exited; see %s", p.Name, p.LogPath)
 		default:
 		}
-		resp, err := http.Get("http://" + p.Health + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
+		return Ready(p.Health)
 	})
+}
+
+// Ready asks the /readyz at addr (host:port) once: ready, or why not.
+func Ready(addr string) (bool, string) {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false, err.Error()
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, resp.Status
 }
 
 // Stop sends SIGTERM and waits (SIGKILL after 15 s).

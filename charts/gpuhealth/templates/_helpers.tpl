@@ -9,10 +9,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end -}}
 
-{{/* The image of a component: its own repository, tag and pull policy, or the chart's. */}}
+{{/* The image of a component: its repository, and its tag and pull policy or the chart's. */}}
 {{- define "gpuhealth.image" -}}
 {{- $c := index .Values .component -}}
-{{- $repo := $c.image.repository | default .Values.image.repository -}}
+{{- $repo := $c.image.repository -}}
 {{- $tag := $c.image.tag | default .Values.image.tag | default .Chart.AppVersion -}}
 image: {{ printf "%s:%s" $repo $tag | quote }}
 imagePullPolicy: {{ $c.image.pullPolicy | default .Values.image.pullPolicy }}
