@@ -78,7 +78,8 @@ func (e DaemonEntry) node() string { return e.Name + e.NodeName }
 //     daemon pod object of the domain (any phase, terminating too) is bound
 //     to the node, and rebuilds status.nodes from the cliques plus the
 //     no-fabric daemon pods (cliqueID "", index -1); v25.8 drops a
-//     status.nodes entry whose IP is no longer any daemon pod's.
+//     status.nodes entry whose IP is no longer that of a daemon pod on the
+//     entry's node.
 type DRADriver struct {
 	Client client.Client
 	// Namespace is the driver's namespace (the DaemonSets, pods and cliques).
@@ -314,15 +315,18 @@ func (d *DRADriver) syncStatusNodes(ctx context.Context, s *domainState, cliqueO
 	if err != nil {
 		return err
 	}
+	// By IP, and on the entry's node: kwok hands out pod IPs from one range
+	// for all nodes and reuses them, where a real cluster's per-node pod
+	// ranges would not.
 	ips := map[string]bool{}
 	for _, p := range s.pods {
 		if p.Status.PodIP != "" {
-			ips[p.Status.PodIP] = true
+			ips[p.Spec.NodeName+"/"+p.Status.PodIP] = true
 		}
 	}
 	var kept []DaemonEntry
 	for _, e := range old {
-		if ips[e.IPAddress] {
+		if ips[e.node()+"/"+e.IPAddress] {
 			kept = append(kept, e)
 		}
 	}
