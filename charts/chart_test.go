@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,18 +229,10 @@ func TestDefaultPolicyIsTheSample(t *testing.T) {
 		spec := got.Object["spec"].(map[string]any)
 		g.Expect(spec["dryRun"]).To(Equal(p.name == "monitor-only"), "%s: dryRun", p.name)
 		delete(spec, "dryRun")
-		w := maps(want)
+		w := maps.Clone(want)
 		delete(w, "dryRun")
 		g.Expect(spec).To(Equal(w), "%s: the chart's policy.spec drifted from the sample", p.name)
 	}
-}
-
-func maps(m map[string]any) map[string]any {
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // TestMonitorConfigurationParses: the agent's configuration the chart

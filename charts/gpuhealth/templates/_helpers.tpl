@@ -18,15 +18,23 @@ image: {{ printf "%s:%s" $repo $tag | quote }}
 imagePullPolicy: {{ $c.image.pullPolicy | default .Values.image.pullPolicy }}
 {{- end -}}
 
-{{/* A generated file of files/ as one YAML document per "---", each with the release's labels added. */}}
+{{/*
+A generated file of files/ as one YAML document per "---", each with the
+release's labels (and .labels, when given) added. A namespaced object goes
+to .namespace, or the release's namespace; a binding's subjects are the
+release's service accounts.
+*/}}
 {{- define "gpuhealth.documents" -}}
 {{- $root := .root -}}
+{{- $namespace := .namespace | default $root.Release.Namespace -}}
+{{- $extra := .labels | default dict -}}
 {{- range $doc := regexSplit "(?m)^---\\s*$" ($root.Files.Get .file) -1 }}
 {{- $obj := fromYaml $doc }}
 {{- if $obj }}
 {{- $meta := $obj.metadata }}
-{{- $_ := set $meta "labels" (merge (dict) (fromYaml (include "gpuhealth.labels" $root)) ($meta.labels | default dict)) }}
-{{- if hasKey $meta "namespace" }}{{ $_ := set $meta "namespace" $root.Release.Namespace }}{{ end }}
+{{- $_ := set $meta "labels" (merge (dict) $extra (fromYaml (include "gpuhealth.labels" $root)) ($meta.labels | default dict)) }}
+{{- if hasKey $meta "namespace" }}{{ $_ := set $meta "namespace" $namespace }}{{ end }}
+{{- range $obj.subjects | default list }}{{ $_ := set . "namespace" $root.Release.Namespace }}{{ end }}
 ---
 {{ toYaml $obj }}
 {{- end }}
