@@ -409,6 +409,7 @@ func (r *run) hostTarget() (Target, bool) {
 // notConfigured ends Run for a node where IMEX is not configured: what was
 // raised resolves, and the agent tries the source again later.
 func (r *run) notConfigured(args []string, err error) error {
+	runs.WithLabelValues(resultOK).Inc()
 	r.resolveAll("IMEX is not configured on this node")
 	r.setState(StateNotConfigured, err.Error())
 	return monitors.Unavailable("IMEX is not configured on this node: nvidia-imex-ctl %s: %v", strings.Join(args, " "), err)
@@ -425,11 +426,9 @@ func (r *run) checkDaemon(ctx context.Context, t Target) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	cmd := strings.Join(args, " ")
 	var code, msg string
 	switch {
 	case errors.Is(err, ErrNotConfigured):
-		runs.WithLabelValues(resultOK).Inc()
 		return r.notConfigured(args, err)
 	case errors.Is(err, ErrMalformed):
 		runs.WithLabelValues(resultMalformed).Inc()
@@ -437,7 +436,7 @@ func (r *run) checkDaemon(ctx context.Context, t Target) error {
 		return nil
 	case errors.Is(err, errTimeout):
 		runs.WithLabelValues(resultError).Inc()
-		code, msg = CodeTimeout, fmt.Sprintf("nvidia-imex-ctl %s did not answer within %s", cmd, r.timeout)
+		code, msg = CodeTimeout, fmt.Sprintf("nvidia-imex-ctl %s did not answer within %s", strings.Join(args, " "), r.timeout)
 	case err != nil:
 		runs.WithLabelValues(resultError).Inc()
 		r.log.V(1).Info("IMEX daemon probe failed", "err", err)
@@ -448,11 +447,8 @@ func (r *run) checkDaemon(ctx context.Context, t Target) error {
 			code, msg = CodeExecError, fmt.Sprintf("IMEX daemon probe failed: %v", err)
 		}
 	default:
+		// exec has already said ErrNotConfigured for that output.
 		state, perr := ParseDaemonStatus(out)
-		if errors.Is(perr, ErrNotConfigured) {
-			runs.WithLabelValues(resultOK).Inc()
-			return r.notConfigured(args, perr)
-		}
 		if perr != nil {
 			runs.WithLabelValues(resultMalformed).Inc()
 			r.log.Error(perr, "Skipping IMEX daemon status that cannot be read")
@@ -503,7 +499,6 @@ func (r *run) checkDomain(ctx context.Context, t Target) error {
 		return nil
 	}
 	if errors.Is(err, ErrNotConfigured) {
-		runs.WithLabelValues(resultOK).Inc()
 		return r.notConfigured(args, err)
 	}
 	if err != nil && !errors.Is(err, ErrMalformed) {
@@ -513,11 +508,7 @@ func (r *run) checkDomain(ctx context.Context, t Target) error {
 		r.log.V(1).Info("IMEX domain probe failed", "err", err)
 		return nil
 	}
-	d, perr := ParseDomainStatus(out)
-	if errors.Is(perr, ErrNotConfigured) {
-		runs.WithLabelValues(resultOK).Inc()
-		return r.notConfigured(args, perr)
-	}
+	d, perr := ParseDomainStatus(out) // exec has already said ErrNotConfigured
 	if err = errors.Join(err, perr); err != nil {
 		runs.WithLabelValues(resultMalformed).Inc()
 		r.log.Error(err, "Skipping IMEX domain status that cannot be read")

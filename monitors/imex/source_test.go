@@ -202,6 +202,9 @@ type running struct {
 
 func start(t *testing.T, src *Source) *running {
 	t.Helper()
+	// The state gauge is the package's: a state left by an earlier test
+	// must not satisfy this one's assertions.
+	stateGauge.Reset()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{findings: make(chan monitors.Finding, 100), cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- src.Run(ctx, func(f monitors.Finding) { r.findings <- f }) }()

@@ -33,11 +33,7 @@ var errTarget = errors.New("an IMEX target needs exactly one of an address and a
 func (t Target) args() ([]string, error) {
 	switch {
 	case t.Address != "" && t.ConfigFile == "":
-		port := t.Port
-		if port == 0 {
-			port = DefaultPort
-		}
-		return []string{"-i", t.Address, strconv.Itoa(port)}, nil
+		return []string{"-i", t.Address, strconv.Itoa(t.port())}, nil
 	case t.ConfigFile != "" && t.Address == "":
 		return []string{"-c", t.ConfigFile}, nil
 	default:
@@ -70,11 +66,15 @@ func (t Target) String() string {
 	if t.ConfigFile != "" {
 		return "config " + t.ConfigFile
 	}
-	port := t.Port
-	if port == 0 {
-		port = DefaultPort
+	return net.JoinHostPort(t.Address, strconv.Itoa(t.port()))
+}
+
+// port is the command port, DefaultPort unless set.
+func (t Target) port() int {
+	if t.Port == 0 {
+		return DefaultPort
 	}
-	return net.JoinHostPort(t.Address, strconv.Itoa(port))
+	return t.Port
 }
 
 // daemonPod picks the daemon pod of domain uid on node: labelled with that
