@@ -404,7 +404,16 @@ func (r *run) drain(records <-chan string) {
 func (r *run) saveCursor() {
 	r.needFlush = false
 	if r.src.StateDir == "" || r.bootID == "" {
-		// No cursor: a restart reads everything again anyway.
+		// No cursor: a restart reads everything again anyway, so what was
+		// reported may be published once it is spooled (Sync, then Seal,
+		// as with a cursor: Seal releases only what Sync covered).
+		if r.src.Sync != nil {
+			if err := r.src.Sync(^uint64(0)); err != nil {
+				r.needFlush = true
+				r.log.Error(err, "Making kernel log findings durable failed")
+				return
+			}
+		}
 		if r.src.Seal != nil {
 			r.src.Seal(^uint64(0))
 		}

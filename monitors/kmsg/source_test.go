@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -385,6 +387,38 @@ func TestSourceFollowsTruncatedFile(t *testing.T) {
 	// Truncate, then write a shorter file: the reader starts over.
 	writeFile(t, fx.logPath, lineXID79+"\n")
 	g.Expect(r.next(g).Code).To(Equal("79"))
+}
+
+// TestSourceWithoutACursorSyncsBeforeSealing: with no state directory
+// there is no cursor to save, but the counts reported so far are still
+// synced before they are sealed, so the pipeline may publish them.
+func TestSourceWithoutACursorSyncsBeforeSealing(t *testing.T) {
+	g := NewWithT(t)
+	fx := newFixture(t, lineXID79)
+	src := fx.source()
+	src.StateDir = ""
+	var mu sync.Mutex
+	var calls []string
+	src.Sync = func(gen uint64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, fmt.Sprintf("sync %d", gen))
+		return nil
+	}
+	src.Seal = func(gen uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, fmt.Sprintf("seal %d", gen))
+	}
+	r := start(t, src)
+	g.Expect(r.next(g).Code).To(Equal("79"))
+	all := fmt.Sprint(^uint64(0))
+	first := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(calls[:min(2, len(calls))])
+	}
+	g.Eventually(first).Should(Equal([]string{"sync " + all, "seal " + all}), "Sync first, then Seal")
 }
 
 func TestSourceReadsAFIFO(t *testing.T) {
