@@ -64,7 +64,7 @@ func run() error {
 	flag.IntVar(&o.maxEventsPerNode, "max-events-per-node", 100, "The most NodeHealthEvents kept per node; beyond it the oldest finished ones are deleted (never an active one); 0 means no cap.")
 	flag.Float64Var(&o.qps, "kube-api-qps", 20, "Requests per second to the apiserver, sustained (client-side rate limit).")
 	flag.IntVar(&o.burst, "kube-api-burst", 30, "Requests to the apiserver allowed in a burst above --kube-api-qps.")
-	flag.DurationVar(&o.cdDiscovery, "compute-domain-discovery-interval", 30*time.Second, "How often to ask the apiserver whether NVIDIA's ComputeDomain CRDs (and which of their kinds) are served; a driver installed, upgraded or removed later is noticed within this time.")
+	flag.DurationVar(&o.cdDiscovery, "compute-domain-discovery-interval", computedomain.DefaultPollInterval, "How often to ask the apiserver whether NVIDIA's ComputeDomain CRDs (and which of their kinds) are served; a driver installed, upgraded or removed later is noticed within this time.")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()

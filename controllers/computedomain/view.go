@@ -25,10 +25,10 @@ import (
 
 // +kubebuilder:rbac:groups=resource.nvidia.com,resources=computedomains;computedomaincliques,verbs=get;list;watch
 
-// defaultPollInterval is how often the view asks discovery whether the
+// DefaultPollInterval is how often the view asks discovery whether the
 // ComputeDomain CRDs are served. One small GET every 30 s is negligible,
 // and a driver installed later is picked up within that time.
-const defaultPollInterval = 30 * time.Second
+const DefaultPollInterval = 30 * time.Second
 
 // changesBuffer bounds the notifications waiting for the node controller;
 // a full buffer makes the informer wait, never drops a wake-up.
@@ -111,7 +111,7 @@ func (v *View) Start(ctx context.Context) error {
 	}
 	interval := v.PollInterval
 	if interval == 0 {
-		interval = defaultPollInterval
+		interval = DefaultPollInterval
 	}
 	t := v.Clock.NewTicker(interval)
 	defer t.Stop()

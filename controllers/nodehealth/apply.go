@@ -77,7 +77,7 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (fenced
 		}
 	}
 	for _, pod := range p.deleteDaemonPods {
-		since := p.deadSince.UTC().Format(time.RFC3339)
+		since := p.status.ComputeDomain.DeadSince.UTC().Format(time.RFC3339)
 		logger.Info("Deleting stale ComputeDomain daemon pod of a dead member", "Pod", klog.KObj(pod), "notReadySince", since)
 		if err := member.DeleteStalePod(ctx, r.Client, o.node, pod); err != nil {
 			return fenced, err

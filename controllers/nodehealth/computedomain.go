@@ -383,7 +383,7 @@ func (d *decider) deadMember() {
 	}
 	if st.DeadSince == nil || !st.DeadSince.Equal(&metav1.Time{Time: since}) {
 		if pods := ranOnce(o.cd.daemonPods); len(pods) > 0 {
-			d.p.deleteDaemonPods, d.p.deadSince = pods, since
+			d.p.deleteDaemonPods = pods
 			st.DeadSince = &metav1.Time{Time: since}
 		}
 	}

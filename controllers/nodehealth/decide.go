@@ -69,8 +69,6 @@ type plan struct {
 	deleteJobs bool
 	// deleteDaemonPods are a dead member's stale ComputeDomain daemon pods.
 	deleteDaemonPods []*corev1.Pod
-	// deadSince is when the dead member turned NotReady.
-	deadSince time.Time
 	// removeDomainLabel removes a dead member's ComputeDomain node label
 	// (the policy's releaseDeadMemberLabel).
 	removeDomainLabel bool

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -69,10 +71,7 @@ func UseDriverShape(cfg *rest.Config, c client.Client, s DriverShape) error {
 		if err != nil {
 			return false, nil //nolint:nilerr // not served yet
 		}
-		cliques := false
-		for _, r := range list.APIResources {
-			cliques = cliques || r.Name == "computedomaincliques"
-		}
+		cliques := slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "computedomaincliques" })
 		return cliques == s.Cliques, nil
 	})
 }

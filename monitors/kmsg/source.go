@@ -292,8 +292,8 @@ type run struct {
 	shapes map[string]struct{}
 }
 
-// shapeOf reduces a parse error to its shape: the message without the
-// quoted text and the numbers, which differ from line to line.
+// shapeNoise is what a parse error's shape leaves out: the quoted text and
+// the numbers, which differ from line to line.
 var shapeNoise = regexp.MustCompile(`"[^"]*"|[0-9]+`)
 
 // maxShapes bounds the malformed shapes remembered for logging.
