@@ -13,12 +13,25 @@
 # Idempotent: a binary that already exists (and answers --version) is not
 # rebuilt, so a warm run takes a second or two. Prints the directory on the
 # last line of stdout, so callers can do `ASSETS=$(hack/controlplane.sh | tail -1)`.
+#
+# `hack/controlplane.sh node` also builds what a real node needs
+# (hack/realnode.sh): kubelet, kube-proxy and kubectl of the same version,
+# crictl and helm, into the same directory.
 set -euo pipefail
+
+with_node=false
+case "${1:-}" in
+  "") ;;
+  node) with_node=true ;;
+  *) echo "usage: $0 [node]" >&2; exit 2 ;;
+esac
 
 K8S_VERSION=${K8S_VERSION:-1.37.2}
 STAGING_VERSION=${STAGING_VERSION:-0.${K8S_VERSION#1.}}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
+CRICTL_VERSION=${CRICTL_VERSION:-1.37.0}
+HELM_VERSION=${HELM_VERSION:-3.22.0}
 
 cache_root=${GPUHEALTH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuhealth}
 bin_dir="$cache_root/k8s-v${K8S_VERSION}"
@@ -45,6 +58,7 @@ timed() {
   log "built $what in $((SECONDS - start))s"
 }
 
+# build_kubernetes builds the named commands of k8s.io/kubernetes (cmd/<name>).
 build_kubernetes() {
   mkscratch
   local work=$SCRATCH
@@ -67,25 +81,18 @@ build_kubernetes() {
       | awk -v v="v${STAGING_VERSION}" '{print "\t" $1 " => " $1 " " v}'
     echo ")"
   } >"$work/go.mod"
-  cat >"$work/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-)
-GO
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for cmd in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$cmd"; done
+    printf ')\n'
+  } >"$work/tools.go"
   (cd "$work" && go mod tidy -e >/dev/null 2>&1 || true)
   local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#1.}"
   ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=v${K8S_VERSION}"
-  # One go build for all three shares the compile of their common packages.
-  (cd "$work" && CGO_ENABLED=0 go build -tags tools -trimpath -ldflags "$ldflags" -o "$bin_dir/" \
-    k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler)
+  # One go build for all of them shares the compile of their common packages.
+  local pkgs=()
+  for cmd in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$cmd"); done
+  (cd "$work" && CGO_ENABLED=0 go build -tags tools -trimpath -ldflags "$ldflags" -o "$bin_dir/" "${pkgs[@]}")
 }
 
 build_etcd() {
@@ -117,9 +124,23 @@ total=$SECONDS
 if have kube-apiserver && have kube-controller-manager && have kube-scheduler; then
   log "kube-apiserver, kube-controller-manager, kube-scheduler v${K8S_VERSION}: cached"
 else
-  timed "kube-apiserver, kube-controller-manager, kube-scheduler v${K8S_VERSION} (cold: ~10 min on 2 cores)" build_kubernetes
+  timed "kube-apiserver, kube-controller-manager, kube-scheduler v${K8S_VERSION} (cold: ~10 min on 2 cores)" \
+    build_kubernetes kube-apiserver kube-controller-manager kube-scheduler
 fi
 if have etcd; then log "etcd v${ETCD_VERSION}: cached"; else timed "etcd v${ETCD_VERSION}" build_etcd; fi
 if have kwok && have kwokctl; then log "kwok, kwokctl v${KWOK_VERSION}: cached"; else timed "kwok, kwokctl v${KWOK_VERSION}" build_kwok; fi
+if $with_node; then
+  if have kubelet && have kube-proxy && [ -x "$bin_dir/kubectl" ] && "$bin_dir/kubectl" version --client >/dev/null 2>&1; then
+    log "kubelet, kube-proxy, kubectl v${K8S_VERSION}: cached"
+  else
+    timed "kubelet, kube-proxy, kubectl v${K8S_VERSION} (~2 min with a warm Go cache)" build_kubernetes kubelet kube-proxy kubectl
+  fi
+  if [ -x "$bin_dir/crictl" ] && "$bin_dir/crictl" --version >/dev/null 2>&1; then log "crictl v${CRICTL_VERSION}: cached"; else
+    timed "crictl v${CRICTL_VERSION}" env CGO_ENABLED=0 GOBIN="$bin_dir" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/cri-tools/cmd/crictl@v${CRICTL_VERSION}"
+  fi
+  if [ -x "$bin_dir/helm" ] && "$bin_dir/helm" version >/dev/null 2>&1; then log "helm v${HELM_VERSION}: cached"; else
+    timed "helm v${HELM_VERSION}" env CGO_ENABLED=0 GOBIN="$bin_dir" go install -trimpath "helm.sh/helm/v3/cmd/helm@v${HELM_VERSION}"
+  fi
+fi
 log "control plane ready in $bin_dir ($((SECONDS - total))s)"
 echo "$bin_dir"
