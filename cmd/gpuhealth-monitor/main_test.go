@@ -415,6 +415,26 @@ func TestMonitorProcess(t *testing.T) {
 		g.Expect(n.event(gpuhealthv1alpha1.CheckXID, gpu0, "79")(g).Status.Count).To(Equal(int64(1)), "the restarted monitor does not see old XIDs again")
 	})
 
+	t.Run("an agent that reads its node's labels starts during an apiserver outage, watches and spools", func(t *testing.T) {
+		g := NewWithT(t)
+		// The imex source reads the Node's labels through a cache, which
+		// once needed the apiserver to be created: restarted in an outage,
+		// the agent exited until the apiserver came back, blind meanwhile.
+		p2 := newProxy(t, apiAddr)
+		p2.cut()
+		n2 := newNode(t, n.name+"-imex", p2.addr)
+		writeFile(t, n2.config, fmt.Sprintf("sources: [nvml, kmsg, imex]\nkmsg: {path: %s}\npublish: {window: 200ms}\nimex: {command: /nonexistent/nvidia-imex-ctl}\n", n2.kmsg))
+		n2.start()
+		n2.inject(fmt.Sprintf("xid device=0 code=48 at=%s", fakenvml.At(time.Now().Add(100*time.Millisecond))))
+		record := filepath.Join(n2.dir, "spool",
+			gpuhealthv1alpha1.EventName(n2.name, gpuhealthv1alpha1.SourceNVML, gpuhealthv1alpha1.CheckXID, gpu0, "48")+".json")
+		g.Eventually(record).Should(BeAnExistingFile(), "the finding waits in the spool")
+		p2.restore(t)
+		g.Eventually(n2.event(gpuhealthv1alpha1.CheckXID, gpu0, "48")).Should(WithTransform(
+			func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(1))))
+		g.Eventually(n2.spooled).Should(BeZero())
+	})
+
 	t.Run("metrics count the findings by source, check and severity", func(t *testing.T) {
 		g := NewWithT(t)
 		body, err := fetch("http://" + n.metrics + "/metrics")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -32,6 +33,8 @@ const (
 	DefaultBurst = 50
 	// DefaultSpoolDir is where findings wait for the apiserver.
 	DefaultSpoolDir = "/var/lib/gpuhealth/spool"
+	// nodeLabelsTimeout bounds one read of this node's labels.
+	nodeLabelsTimeout = 10 * time.Second
 )
 
 // Monitor is the assembled node agent: sources, pipeline, spool and the
@@ -99,9 +102,14 @@ func New(ctx context.Context, cfg Config, restConfig *rest.Config, scheme *runti
 	deps := sourceDeps{stateDir: dir, log: log, restConfig: rc, sync: p.Sync, seal: p.Seal}
 	if needsNode(cfg) {
 		// A cache of this node only: the imex source asks for its labels
-		// every interval without a request to the apiserver.
+		// every interval without a request to the apiserver. Its mapper
+		// knows Node without asking the apiserver, so an agent that starts
+		// while the apiserver is away still starts (and spools).
+		mapper := meta.NewDefaultRESTMapper(nil)
+		mapper.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
 		m.cache, err = cache.New(rc, cache.Options{
 			Scheme: scheme,
+			Mapper: mapper,
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", cfg.NodeName)},
 			},
@@ -110,6 +118,10 @@ func New(ctx context.Context, cfg Config, restConfig *rest.Config, scheme *runti
 			return nil, fmt.Errorf("creating the node cache: %w", err)
 		}
 		deps.nodeLabels = func(ctx context.Context) (map[string]string, error) {
+			// Until the cache has synced (the apiserver may be away), a
+			// read waits for it; not longer than this.
+			ctx, cancel := context.WithTimeout(ctx, nodeLabelsTimeout)
+			defer cancel()
 			var n corev1.Node
 			if err := m.cache.Get(ctx, client.ObjectKey{Name: cfg.NodeName}, &n); err != nil {
 				return nil, fmt.Errorf("reading node %s: %w", cfg.NodeName, err)
@@ -132,14 +144,17 @@ func (m *Monitor) Run(ctx context.Context) error {
 	errs := make(chan error, 3)
 	running := 0
 	if m.cache != nil {
+		// The sources start without waiting for it: the apiserver may be
+		// away, and what they find meanwhile goes to the spool.
 		running++
 		go func() { errs <- m.cache.Start(ctx) }()
-		syncCtx, done := context.WithTimeout(ctx, time.Minute)
-		ok := m.cache.WaitForCacheSync(syncCtx)
-		done()
-		if !ok && ctx.Err() == nil {
-			m.log.Info("Node cache not synced after a minute; sources that read node labels retry")
-		}
+		go func() {
+			syncCtx, done := context.WithTimeout(ctx, time.Minute)
+			defer done()
+			if !m.cache.WaitForCacheSync(syncCtx) && ctx.Err() == nil {
+				m.log.Info("Node cache not synced after a minute; sources that read node labels retry")
+			}
+		}()
 	}
 	running += 2
 	go func() { errs <- m.pipeline.Run(ctx) }()
