@@ -264,6 +264,34 @@ func TestMonitorConfigurationParses(t *testing.T) {
 	}
 }
 
+// TestMonitorHostMounts: monitor.driverRoot names the driver root's host
+// path or, empty, leaves its mount out; extraEnv, extraVolumes and
+// extraVolumeMounts reach the agent's pod.
+func TestMonitorHostMounts(t *testing.T) {
+	g := NewWithT(t)
+	pod := func(args ...string) (container map[string]any, volumes string) {
+		ds := find(render(t, args...), "DaemonSet", "gpuhealth-monitor")
+		g.Expect(ds).NotTo(BeNil())
+		containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+		vols, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "volumes")
+		return containers[0].(map[string]any), fmt.Sprint(vols)
+	}
+	c, vols := pod()
+	g.Expect(fmt.Sprint(c["volumeMounts"])).To(ContainSubstring("mountPropagation:HostToContainer"))
+	g.Expect(vols).To(ContainSubstring("path:/run/nvidia/driver"))
+	_, vols = pod("--set", "monitor.driverRoot=/opt/nvidia/driver")
+	g.Expect(vols).To(ContainSubstring("path:/opt/nvidia/driver"))
+	c, vols = pod("--set", "monitor.driverRoot=",
+		"--set", "monitor.extraEnv[0].name=LD_LIBRARY_PATH", "--set", "monitor.extraEnv[0].value=/nvidia/lib",
+		"--set", "monitor.extraVolumes[0].name=lib", "--set", "monitor.extraVolumes[0].hostPath.path=/usr/lib/nvidia",
+		"--set", "monitor.extraVolumeMounts[0].name=lib", "--set", "monitor.extraVolumeMounts[0].mountPath=/nvidia/lib")
+	g.Expect(fmt.Sprint(c["volumeMounts"])).NotTo(ContainSubstring("driver-root"))
+	g.Expect(vols).NotTo(ContainSubstring("driver-root"))
+	g.Expect(fmt.Sprint(c["volumeMounts"])).To(ContainSubstring("mountPath:/nvidia/lib"))
+	g.Expect(vols).To(ContainSubstring("path:/usr/lib/nvidia"))
+	g.Expect(fmt.Sprint(c["env"])).To(ContainSubstring("name:LD_LIBRARY_PATH value:/nvidia/lib"))
+}
+
 // TestChangedConfigurationRollsTheAgents: the DaemonSet's pod template
 // carries a hash of the agent's configuration.
 func TestChangedConfigurationRollsTheAgents(t *testing.T) {
