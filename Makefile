@@ -124,6 +124,12 @@ fuzz: ## Run every parser's fuzz target briefly (FUZZTIME each; longer: make fuz
 e2e: controlplane $(HELM) image ## End-to-end suite: the real binaries on a local kwok cluster, installed with the chart, and the images (GPUHEALTH_E2E_KEEP=1 keeps the logs).
 	HELM=$(HELM) GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) go test -tags e2e -count=1 -timeout 25m ./e2e/
 
+.PHONY: e2e-node
+e2e-node: controlplane image ## Real-node tier: a kubelet with containerd on this machine (hack/realnode.sh), the chart installed, real pods (GPUHEALTH_E2E_KEEP=1 keeps the node up).
+	hack/controlplane.sh node >/dev/null
+	rc=0; GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) go test -tags e2enode -count=1 -v -timeout 15m ./e2e/realnode/ || rc=$$?; \
+	  if [ -z "$$GPUHEALTH_E2E_KEEP" ]; then hack/realnode.sh down >/dev/null 2>&1 || true; fi; exit $$rc
+
 .PHONY: demo
 demo: $(HELM) ## Start a local cluster with 4 fake GPU nodes, the operator and monitors; inject XID 79 and watch it heal.
 	HELM=$(HELM) go run ./e2e/demo
@@ -133,7 +139,7 @@ demo-down: ## Remove the demo cluster and stop its processes.
 	go run ./e2e/demo -down
 
 .PHONY: test
-test: controlplane verify-generated lint unit fuzz e2e ## Everything CI runs: generated files, lint, unit and envtest suites, short fuzz runs, the end-to-end suite.
+test: controlplane verify-generated lint unit fuzz e2e e2e-node ## Everything CI runs: generated files, lint, unit and envtest suites, short fuzz runs, the end-to-end suite and its real-node tier.
 
 ##@ Tools
 

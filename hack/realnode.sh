@@ -213,6 +213,14 @@ componentsPatches:
   - {key: manage-nodes-with-annotation-selector, value: "kwok.x-k8s.io/node=fake"}
   # Fake pods' IPs; kwok's default overlaps the service range.
   - {key: cidr, value: "$FAKE_POD_CIDR"}
+# One of each and nobody restarts them: with leader election, an apiserver
+# outage longer than the renew deadline makes them exit for good.
+- name: kube-controller-manager
+  extraArgs:
+  - {key: leader-elect, value: "false"}
+- name: kube-scheduler
+  extraArgs:
+  - {key: leader-elect, value: "false"}
 - name: kube-apiserver
   extraArgs:
   # kubectl logs, exec and port-forward reach the kubelet.
@@ -326,6 +334,9 @@ up() {
     down
     mkdir -p "$RUN/logs"
   fi
+  # A new node, new logs.
+  rm -rf "$RUN/logs"
+  mkdir -p "$RUN/logs"
   local t0=$SECONDS
   # Whatever fails from here on, nothing stays behind.
   trap 'log "up failed; tearing down (logs: $RUN/logs)"; down || true' EXIT

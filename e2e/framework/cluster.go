@@ -43,6 +43,8 @@ type Cluster struct {
 	WorkDir string
 	// Kubeconfig is the cluster's admin kubeconfig.
 	Kubeconfig string
+	// KubectlBin is the kubectl Kubectl runs (default: kubectl on PATH).
+	KubectlBin string
 
 	// Config, Client and Clientset act as the cluster admin.
 	Config    *rest.Config
@@ -103,6 +105,16 @@ func (c *Cluster) Create(ctx context.Context) error {
 		return err
 	}
 	return c.connect()
+}
+
+// Attach connects to a running kwokctl cluster (one hack/realnode.sh
+// started): name in kwokctl's work directory workDir.
+func Attach(root, binDir, workDir, name string) (*Cluster, error) {
+	c, err := NewCluster(name, true, root, binDir, workDir)
+	if err != nil {
+		return nil, err
+	}
+	return c, c.connect()
 }
 
 func (c *Cluster) connect() error {
@@ -199,7 +211,11 @@ func (c *Cluster) LogsDir() string { return filepath.Join(c.WorkDir, "clusters",
 
 // Kubectl runs kubectl as the admin and returns its combined output.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	bin := c.KubectlBin
+	if bin == "" {
+		bin = "kubectl"
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	cmd.Dir = c.Root
 	out, err := cmd.CombinedOutput()
 	if err != nil {

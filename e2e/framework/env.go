@@ -141,6 +141,12 @@ func Scenario(i int) string {
 // AddNode registers a kwok-managed fake GPU node in clique clique and waits
 // until it is Ready.
 func (e *Env) AddNode(ctx context.Context, name string, clique int) error {
+	return e.Cluster.AddFakeNode(ctx, name, clique)
+}
+
+// AddFakeNode registers a kwok-managed fake GPU node (eight GPUs, in NVLink
+// clique clique) and waits until it is Ready.
+func (c *Cluster) AddFakeNode(ctx context.Context, name string, clique int) error {
 	q := resource.MustParse
 	res := corev1.ResourceList{corev1.ResourceCPU: q("96"), corev1.ResourceMemory: q("1Ti"), corev1.ResourcePods: q("110"), GPUResource: q("8")}
 	n := &corev1.Node{
@@ -154,12 +160,12 @@ func (e *Env) AddNode(ctx context.Context, name string, clique int) error {
 		},
 		Status: corev1.NodeStatus{Allocatable: res, Capacity: res},
 	}
-	if err := e.Cluster.Client.Create(ctx, n); err != nil {
+	if err := c.Client.Create(ctx, n); err != nil {
 		return fmt.Errorf("creating node %s: %w", name, err)
 	}
 	return Poll(ctx, time.Minute, func() (bool, string) {
 		var got corev1.Node
-		if err := e.Cluster.Client.Get(ctx, types.NamespacedName{Name: name}, &got); err != nil {
+		if err := c.Client.Get(ctx, types.NamespacedName{Name: name}, &got); err != nil {
 			return false, err.Error()
 		}
 		return nodeReady(&got), "node " + name + " not Ready yet"

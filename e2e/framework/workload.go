@@ -28,6 +28,10 @@ type Workload struct {
 	GPUs int64
 	// PodLabels are added to the pods' labels.
 	PodLabels map[string]string
+	// Image and Command of the container (default: a fake image only kwok
+	// can run).
+	Image   string
+	Command []string
 }
 
 // CreateWorkload creates the namespace, Deployment and PDB.
@@ -61,6 +65,10 @@ func CreateWorkload(ctx context.Context, c *Cluster, w Workload) error {
 			}}},
 		}}
 	}
+	image, command := w.Image, w.Command
+	if image == "" {
+		image, command = "trainer:fake", []string{"python", "train.py"}
+	}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name},
 		Spec: appsv1.DeploymentSpec{
@@ -71,7 +79,7 @@ func CreateWorkload(ctx context.Context, c *Cluster, w Workload) error {
 				Spec: corev1.PodSpec{
 					Affinity: affinity,
 					Containers: []corev1.Container{{
-						Name: "train", Image: "trainer:fake", Command: []string{"python", "train.py"},
+						Name: "train", Image: image, Command: command,
 						Resources: corev1.ResourceRequirements{Requests: res, Limits: res},
 					}},
 				},

@@ -1,0 +1,563 @@
+//go:build e2enode
+
+package realnode
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/e2e/framework"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
+)
+
+// The cases run in this order against one installation (TestMain); each
+// leaves the real node Healthy and both operator replicas Ready.
+
+// TestInstalled: the chart's pods really run. Both operator replicas are
+// Running and Ready on the real node and one holds the Lease; the monitor
+// DaemonSet's pod is Running and Ready there with no restart, its probes
+// passing; and the token the kubelet projected into it names its node to
+// the admission policy: it may write findings about gpu-real-0 and not
+// about another node.
+func TestInstalled(t *testing.T) {
+	g := NewWithT(t)
+	operators := operatorPods(g)
+	g.Expect(operators).To(HaveLen(2))
+	for _, p := range operators {
+		g.Expect(p.Spec.NodeName).To(Equal(env.Node))
+		g.Expect(running(&p)).To(BeTrue(), "operator pod %s Running and Ready", p.Name)
+	}
+	g.Eventually(leader).Should(BeElementOf(names(operators)), "one replica holds the Lease")
+	t.Logf("the leader is %s", leader(g))
+
+	mon := monitorPod(g)
+	g.Expect(running(mon)).To(BeTrue(), "the monitor pod on %s is Running and Ready (its readiness probe passes)", env.Node)
+	g.Expect(mon.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "its liveness probe never failed")
+	t.Logf("kubectl get pods -o wide:\n%s", kubectl(t, "get", "pods", "-n", framework.Namespace, "-o", "wide"))
+
+	// The token the kubelet mounted into the monitor's container.
+	matches, err := filepath.Glob(filepath.Join(env.Run, "kubelet", "pods", string(mon.UID), "volumes", "kubernetes.io~projected", "*", "token"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(matches).To(HaveLen(1), "one projected service-account token in the monitor pod")
+	token, err := os.ReadFile(matches[0])
+	g.Expect(err).NotTo(HaveOccurred())
+	cfg := rest.AnonymousClientConfig(env.Cluster.Config)
+	cfg.BearerToken = string(token)
+	c, err := client.New(cfg, client.Options{Scheme: env.Cluster.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	mk := func(nodeName string) *gpuhealthv1alpha1.NodeHealthEvent {
+		spec := gpuhealthv1alpha1.NodeHealthEventSpec{
+			NodeName: nodeName, Source: gpuhealthv1alpha1.SourceManual, Check: gpuhealthv1alpha1.CheckXID,
+			Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: framework.GPUUUID(realIndex, 7)},
+			Code:      "43", Severity: gpuhealthv1alpha1.SeverityInfo, RecommendedAction: gpuhealthv1alpha1.ActionNone,
+		}
+		return &gpuhealthv1alpha1.NodeHealthEvent{ObjectMeta: metav1.ObjectMeta{Name: spec.EventName()}, Spec: spec}
+	}
+	err = c.Create(ctx, mk("gpu-node-0"))
+	g.Expect(err).To(HaveOccurred(), "the monitor's token may not write about another node")
+	g.Expect(err.Error()).To(ContainSubstring("may only write NodeHealthEvents about its own node"))
+	own := mk(env.Node)
+	g.Expect(c.Create(ctx, own)).To(Succeed(), "its own node is fine")
+	g.Expect(env.Cluster.Client.Delete(ctx, own)).To(Succeed())
+}
+
+// TestKernelLogXID: a driver's XID line in the kernel log (a file here, in
+// /dev/kmsg's record format) is read by the privileged monitor container
+// and becomes a finding of the kmsg source. XID 13 (a graphics engine
+// exception, usually the application's) quarantines only when repeated.
+func TestKernelLogXID(t *testing.T) {
+	g := NewWithT(t)
+	b, err := os.ReadFile("/proc/uptime")
+	g.Expect(err).NotTo(HaveOccurred())
+	up, err := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	g.Expect(err).NotTo(HaveOccurred())
+	f, err := os.OpenFile(filepath.Join(env.FakeGPU, "kmsg"), os.O_APPEND|os.O_WRONLY, 0)
+	g.Expect(err).NotTo(HaveOccurred())
+	// GPU 3 of framework.Scenario is at PCI 0000:48:00.0.
+	_, err = fmt.Fprintf(f, "3,1,%d,-;NVRM: Xid (PCI:0000:48:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x515848=0x1000e 0x515850=0x0\n", int64(up*1e6))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.Close()).To(Succeed())
+	g.Eventually(func(g Gomega) []string {
+		var list gpuhealthv1alpha1.NodeHealthEventList
+		g.Expect(env.Cluster.Client.List(ctx, &list)).To(Succeed())
+		var found []string
+		for _, e := range list.Items {
+			if e.Spec.NodeName == env.Node && e.Spec.Source == gpuhealthv1alpha1.SourceKmsg && e.Spec.Code == "13" {
+				found = append(found, fmt.Sprintf("%s %s count=%d", e.Spec.Component.Kind, e.Spec.Component.ID, e.Status.Count))
+			}
+		}
+		return found
+	}).Should(ConsistOf("GPU "+framework.GPUUUID(realIndex, 3)+" count=1"), "the kernel log's XID, about GPU 3")
+	g.Eventually(phase(env.Node)).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
+	g.Consistently(func(g Gomega) bool { return node(g, env.Node).Spec.Unschedulable }, 2*time.Second).Should(BeFalse(), "one XID 13 does not quarantine")
+}
+
+// TestXIDCycle: an XID 119 (GSP RPC timeout; NVIDIA: reset the GPU) raised
+// in the real node's GPU reaches the monitor pod through go-nvml, becomes a
+// NodeHealthEvent, and the operator pods cordon and taint gpu-real-0,
+// evict the real workload pods on it one at a time under their PDB (the
+// replacements run on a fake node), run the GPU reset and the
+// recertification as real containers that exit 0, and return the node to
+// service.
+func TestXIDCycle(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(framework.CreateWorkload(ctx, env.Cluster, framework.Workload{
+		Namespace: "ml", Name: "trainer", Replicas: 2, GPUs: -1,
+		Allowed: []string{env.Node, "gpu-node-0"}, Preferred: []string{env.Node},
+		MinAvailable: ptr.To[int32](1),
+		Image:        testJobImage, Command: []string{"/testjob", "--serve", "trainer"},
+	})).To(Succeed())
+	var before []corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pods, err := framework.PodsOf(ctx, env.Cluster, "ml", "trainer")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pods[env.Node]).To(HaveLen(2))
+		for _, p := range pods[env.Node] {
+			g.Expect(running(&p)).To(BeTrue(), "trainer pod %s runs on the real node", p.Name)
+		}
+		before = pods[env.Node]
+	}).Should(Succeed())
+
+	// The PDB holds: at least one trainer pod is ready at every moment of the drain.
+	minReady := watchReady(t, "ml", "trainer")
+
+	start := time.Now()
+	g.Expect(env.injectXID(0, 119, 200*time.Millisecond)).To(Succeed())
+	e := eventOf(framework.GPUUUID(realIndex, 0), "119")
+	g.Eventually(e).Should(WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(1))))
+	g.Expect(e(g).Spec.RecommendedAction).To(Equal(gpuhealthv1alpha1.ActionResetGPU))
+	t.Logf("finding after %s; kubectl get nodehealthevents:\n%s", time.Since(start).Round(time.Millisecond), kubectl(t, "get", "nodehealthevents"))
+	g.Eventually(func(g Gomega) bool { return quarantined(g, env.Node) }).Should(BeTrue(), "cordoned and tainted")
+	t.Logf("cordoned and tainted after %s", time.Since(start).Round(time.Millisecond))
+
+	g.Eventually(func(g Gomega) {
+		pods, err := framework.PodsOf(ctx, env.Cluster, "ml", "trainer")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pods).NotTo(HaveKey(env.Node))
+		g.Expect(pods["gpu-node-0"]).To(HaveLen(2))
+	}).Should(Succeed(), "both trainer pods evicted from the real node, replaced on gpu-node-0")
+	for _, p := range before {
+		g.Eventually(func() bool {
+			err := env.Cluster.Client.Get(ctx, client.ObjectKeyFromObject(&p), &corev1.Pod{})
+			return apierrors.IsNotFound(err)
+		}).Should(BeTrue(), "pod %s gone: the kubelet stopped its container", p.Name)
+	}
+	g.Expect(minReady()).To(BeNumerically(">=", 1), "the PDB (minAvailable 1) held throughout the drain")
+
+	g.Eventually(phase(env.Node), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
+	g.Eventually(func(g Gomega) bool { return quarantined(g, env.Node) || node(g, env.Node).Spec.Unschedulable }).Should(BeFalse(), "uncordoned, untainted")
+	t.Logf("Healthy again after %s; kubectl get nodehealth %s:\n%s", time.Since(start).Round(time.Millisecond), env.Node, kubectl(t, "get", "nodehealth", env.Node))
+
+	for _, kind := range []job.Kind{job.ResetGPU, job.Recertification} {
+		js := jobsSince(g, kind, start)
+		g.Expect(js).To(HaveLen(1), "one %s Job", kind)
+		pod := jobPod(g, js[0].Name)
+		g.Expect(pod.Spec.NodeName).To(Equal(env.Node))
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodSucceeded))
+		term := pod.Status.ContainerStatuses[0].State.Terminated
+		g.Expect(term).NotTo(BeNil())
+		g.Expect(term.ExitCode).To(BeZero())
+		g.Expect(term.ContainerID).To(HavePrefix("containerd://"), "a real container ran it")
+		logs := kubectl(t, "logs", "-n", framework.Namespace, "job/"+js[0].Name)
+		g.Expect(logs).To(ContainSubstring("testjob"))
+		t.Logf("kubectl logs job/%s:\n%s", js[0].Name, logs)
+	}
+	g.Expect(env.Cluster.Client.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "trainer"}})).To(Succeed())
+}
+
+// TestLeaderFailover: the leader's pod deleted with kubectl while a cycle
+// runs its GPU reset; the other replica takes the Lease and finishes the
+// cycle, with one reset Job and one recertification Job.
+func TestLeaderFailover(t *testing.T) {
+	g := NewWithT(t)
+	first := leader(g)
+	g.Expect(first).NotTo(BeEmpty())
+	start := time.Now()
+	g.Expect(env.injectXID(1, 119, 200*time.Millisecond)).To(Succeed())
+	// The reset Job (it runs 6 s) is under way.
+	g.Eventually(func(g Gomega) []batchv1.Job { return jobsSince(g, job.ResetGPU, start) }).Should(HaveLen(1))
+	g.Expect(leader(g)).To(Equal(first), "no failover yet")
+	deleted := time.Now()
+	kubectl(t, "delete", "pod", "-n", framework.Namespace, first, "--wait=false")
+	var second string
+	g.Eventually(func(g Gomega) string { second = leader(g); return second }, time.Minute).ShouldNot(Or(BeEmpty(), Equal(first)))
+	t.Logf("%s took the Lease %s after kubectl delete pod %s", second, time.Since(deleted).Round(time.Millisecond), first)
+	g.Expect(names(operatorPods(g))).To(ContainElement(second))
+
+	g.Eventually(phase(env.Node), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
+	t.Logf("the cycle finished %s after the XID", time.Since(start).Round(time.Millisecond))
+	g.Expect(jobsSince(g, job.ResetGPU, start)).To(HaveLen(1), "no duplicate reset Job")
+	g.Expect(jobsSince(g, job.Recertification, start)).To(HaveLen(1), "no duplicate recertification Job")
+	// The deleted replica's successor runs once the node is schedulable.
+	g.Eventually(func(g Gomega) {
+		pods := operatorPods(g)
+		g.Expect(pods).To(HaveLen(2))
+		for _, p := range pods {
+			g.Expect(running(&p)).To(BeTrue())
+		}
+	}).Should(Succeed())
+}
+
+// TestMonitorRestartDuringOutage: with the apiserver down, three XIDs are
+// raised and the monitor's container is stopped through the CRI (crictl
+// stop); the kubelet restarts it without the apiserver, the restarted agent
+// finds the findings in its hostPath spool, and once the apiserver is back
+// they arrive: one NodeHealthEvent with count 3.
+func TestMonitorRestartDuringOutage(t *testing.T) {
+	g := NewWithT(t)
+	mon := monitorPod(g)
+	uuid := framework.GPUUUID(realIndex, 2)
+	restart, err := env.Cluster.StopAPIServer(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	restarted := false
+	defer func() {
+		if !restarted {
+			g.Expect(restart()).To(Succeed())
+		}
+	}()
+	// XID 45 (preemptive cleanup): the default policy ignores it, so no
+	// cycle follows.
+	for i := range 3 {
+		g.Expect(env.injectXID(2, 45, time.Duration(200+1000*i)*time.Millisecond)).To(Succeed())
+	}
+	g.Eventually(spooled, 30*time.Second).Should(BeNumerically(">", 0), "the agent spools what it cannot publish")
+	time.Sleep(3 * time.Second) // the third XID is in
+	ids := crictl(t, "ps", "-q", "--name", "^monitor$", "--pod", podID(t, mon))
+	g.Expect(strings.Fields(ids)).To(HaveLen(1))
+	crictl(t, "stop", strings.TrimSpace(ids))
+	stopped := time.Now()
+	g.Eventually(func() string {
+		return crictl(t, "ps", "-q", "--name", "^monitor$", "--pod", podID(t, mon), "--state", "Running")
+	}, time.Minute).ShouldNot(Or(BeEmpty(), Equal(ids)), "the kubelet restarts the container without the apiserver")
+	t.Logf("the kubelet restarted the monitor container %s after crictl stop", time.Since(stopped).Round(time.Millisecond))
+	g.Expect(restart()).To(Succeed())
+	restarted = true
+
+	e := eventOf(uuid, "45")
+	g.Eventually(e, time.Minute).Should(WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(3))))
+	g.Consistently(e, 3*time.Second).Should(WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(3))), "each XID once")
+	g.Eventually(spooled).Should(BeZero())
+	g.Eventually(func(g Gomega) int32 { return monitorPod(g).Status.ContainerStatuses[0].RestartCount }).Should(Equal(int32(1)))
+	t.Logf("kubectl get nodehealthevents:\n%s", kubectl(t, "get", "nodehealthevents"))
+	// The operator may have lost its Lease in the outage and exited, as a
+	// leader-elected controller must; the kubelet restarts it.
+	g.Eventually(func(g Gomega) {
+		for _, p := range operatorPods(g) {
+			g.Expect(running(&p)).To(BeTrue())
+		}
+		g.Expect(leader(g)).NotTo(BeEmpty())
+	}, 2*time.Minute).Should(Succeed())
+	g.Expect(phase(env.Node)(g)).To(Equal(gpuhealthv1alpha1.PhaseHealthy))
+}
+
+// TestHelmUpgradeAndUninstall runs last: helm upgrade with a changed value
+// rolls both workloads (new operator pods, a new monitor pod) and keeps
+// every finding and NodeHealth; helm uninstall leaves no pod, RBAC or
+// admission policy of gpuhealth's.
+func TestHelmUpgradeAndUninstall(t *testing.T) {
+	g := NewWithT(t)
+	c := env.Cluster.Client
+	uids := func(g Gomega) (findings, nodeHealths []types.UID) {
+		var nhe gpuhealthv1alpha1.NodeHealthEventList
+		g.Expect(c.List(ctx, &nhe)).To(Succeed())
+		for _, e := range nhe.Items {
+			findings = append(findings, e.UID)
+		}
+		var nh gpuhealthv1alpha1.NodeHealthList
+		g.Expect(c.List(ctx, &nh)).To(Succeed())
+		for _, n := range nh.Items {
+			nodeHealths = append(nodeHealths, n.UID)
+		}
+		return findings, nodeHealths
+	}
+	findings, nodeHealths := uids(g)
+	g.Expect(findings).NotTo(BeEmpty())
+	g.Expect(nodeHealths).NotTo(BeEmpty())
+	oldOperators, oldMonitor := names(operatorPods(g)), monitorPod(g).Name
+
+	start := time.Now()
+	_, err := env.helmRelease(ctx, "upgrade", "--set", "operator.workers=8", "--set", "monitor.config.publish.window=2s")
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("helm upgrade --wait took %s", time.Since(start).Round(time.Millisecond))
+	g.Eventually(func(g Gomega) {
+		pods := operatorPods(g)
+		g.Expect(pods).To(HaveLen(2))
+		for _, p := range pods {
+			g.Expect(oldOperators).NotTo(ContainElement(p.Name), "a new operator pod")
+			g.Expect(running(&p)).To(BeTrue())
+			g.Expect(p.Spec.Containers[0].Args).To(ContainElement("--workers=8"))
+		}
+		m := monitorPod(g)
+		g.Expect(m.Name).NotTo(Equal(oldMonitor), "a new monitor pod (the configuration's hash changed)")
+		g.Expect(running(m)).To(BeTrue())
+	}).Should(Succeed())
+	g.Eventually(leader).Should(BeElementOf(names(operatorPods(g))))
+	f2, nh2 := uids(g)
+	g.Expect(f2).To(ContainElements(findings), "every finding stays")
+	g.Expect(nh2).To(ContainElements(nodeHealths), "every NodeHealth stays")
+
+	start = time.Now()
+	_, err = env.Cluster.Helm(ctx, "uninstall", framework.ReleaseName, "--namespace", framework.Namespace, "--wait", "--timeout", "2m")
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("helm uninstall --wait took %s", time.Since(start).Round(time.Millisecond))
+	// No pod of ours runs. Finished Jobs stay with their pods (their logs)
+	// until their TTL, like the NodeHealths that name them.
+	g.Eventually(func(g Gomega) []string {
+		var pods corev1.PodList
+		g.Expect(c.List(ctx, &pods, client.InNamespace(framework.Namespace))).To(Succeed())
+		var left []string
+		for _, p := range pods.Items {
+			if _, isJob := p.Labels[job.KindLabel]; isJob && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
+				continue
+			}
+			left = append(left, p.Name)
+		}
+		return left
+	}, time.Minute).Should(BeEmpty())
+	g.Expect(crictl(t, "ps", "-q", "--namespace", framework.Namespace)).To(BeEmpty(), "no container of ours runs on the node")
+	gone := func(obj client.Object, namespace, name string) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%T %s/%s is left: %v", obj, namespace, name, err)
+	}
+	for _, name := range []string{"gpuhealth-operator", "gpuhealth-monitor"} {
+		gone(&corev1.ServiceAccount{}, framework.Namespace, name)
+		gone(&rbacv1.ClusterRole{}, "", name)
+		gone(&rbacv1.ClusterRoleBinding{}, "", name)
+	}
+	gone(&rbacv1.Role{}, framework.Namespace, "gpuhealth-operator")
+	gone(&rbacv1.RoleBinding{}, framework.Namespace, "gpuhealth-operator")
+	gone(&admissionregistrationv1.ValidatingAdmissionPolicy{}, "", "gpuhealth-monitor-own-node")
+	gone(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, "", "gpuhealth-monitor-own-node")
+	var webhooks admissionregistrationv1.ValidatingWebhookConfigurationList
+	g.Expect(c.List(ctx, &webhooks)).To(Succeed())
+	for _, w := range webhooks.Items {
+		g.Expect(w.Name).NotTo(ContainSubstring("gpuhealth"))
+	}
+	f3, nh3 := uids(g)
+	g.Expect(f3).To(ContainElements(findings), "the findings stay (the CRDs are kept)")
+	g.Expect(nh3).To(ContainElements(nodeHealths), "the NodeHealths stay")
+}
+
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := env.Cluster.Kubectl(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func crictl(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := filepath.Join(env.Vars["REALNODE_BIN"], "crictl")
+	out, err := execOutput(bin, append([]string{"--runtime-endpoint", env.Vars["REALNODE_CRI"]}, args...)...)
+	if err != nil {
+		t.Fatalf("crictl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+// podID is the CRI sandbox of a pod.
+func podID(t *testing.T, p *corev1.Pod) string {
+	t.Helper()
+	ids := strings.Fields(crictl(t, "pods", "-q", "--name", "^"+p.Name+"$", "--namespace", p.Namespace, "--state", "Ready"))
+	if len(ids) != 1 {
+		t.Fatalf("want one ready sandbox of pod %s/%s, have %v", p.Namespace, p.Name, ids)
+	}
+	return ids[0]
+}
+
+func operatorPods(g Gomega) []corev1.Pod {
+	return podsOf(g, "gpuhealth-operator", "")
+}
+
+// monitorPod is the monitor DaemonSet's pod on the real node.
+func monitorPod(g Gomega) *corev1.Pod {
+	pods := podsOf(g, "gpuhealth-monitor", env.Node)
+	g.Expect(pods).To(HaveLen(1), "one monitor pod on %s", env.Node)
+	return &pods[0]
+}
+
+func podsOf(g Gomega, app, nodeName string) []corev1.Pod {
+	var list corev1.PodList
+	g.Expect(env.Cluster.Client.List(ctx, &list, client.InNamespace(framework.Namespace),
+		client.MatchingLabels{"app.kubernetes.io/name": app})).To(Succeed())
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && (nodeName == "" || p.Spec.NodeName == nodeName) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func names(pods []corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// running: Running with every container ready.
+func running(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// leader is the pod holding the operator's Lease ("" when none).
+func leader(g Gomega) string {
+	var l coordinationv1.Lease
+	err := env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: framework.Namespace, Name: "gpuhealth-operator.gpuhealth.dev"}, &l)
+	if apierrors.IsNotFound(err) || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+	// controller-runtime's identity is <hostname>_<uuid>; the hostname is the pod's name.
+	pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+	return pod
+}
+
+func node(g Gomega, name string) *corev1.Node {
+	var n corev1.Node
+	g.Expect(env.Cluster.Client.Get(ctx, client.ObjectKey{Name: name}, &n)).To(Succeed())
+	return &n
+}
+
+func quarantined(g Gomega, name string) bool {
+	n := node(g, name)
+	return n.Spec.Unschedulable && slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "gpuhealth.dev/quarantined" })
+}
+
+func phase(name string) func(Gomega) gpuhealthv1alpha1.NodeHealthPhase {
+	return func(g Gomega) gpuhealthv1alpha1.NodeHealthPhase {
+		var nh gpuhealthv1alpha1.NodeHealth
+		g.Expect(env.Cluster.Client.Get(ctx, client.ObjectKey{Name: name}, &nh)).To(Succeed())
+		return nh.Status.Phase
+	}
+}
+
+// eventOf reads the real node's NVML XID finding for a GPU and code (its
+// name may carry the verdict too: api/v1alpha1.VerdictEventName).
+func eventOf(uuid, code string) func(Gomega) *gpuhealthv1alpha1.NodeHealthEvent {
+	return func(g Gomega) *gpuhealthv1alpha1.NodeHealthEvent {
+		var list gpuhealthv1alpha1.NodeHealthEventList
+		g.Expect(env.Cluster.Client.List(ctx, &list)).To(Succeed())
+		var found []gpuhealthv1alpha1.NodeHealthEvent
+		for _, e := range list.Items {
+			s := e.Spec
+			if s.NodeName == env.Node && s.Source == gpuhealthv1alpha1.SourceNVML && s.Check == gpuhealthv1alpha1.CheckXID &&
+				s.Component.ID == uuid && s.Code == code {
+				found = append(found, e)
+			}
+		}
+		g.Expect(found).To(HaveLen(1), "one NVML finding of XID %s on %s", code, uuid)
+		return &found[0]
+	}
+}
+
+// jobsSince lists gpuhealth's Jobs of a kind for the real node created at
+// or after since (the API's times have whole seconds).
+func jobsSince(g Gomega, kind job.Kind, since time.Time) []batchv1.Job {
+	var list batchv1.JobList
+	g.Expect(env.Cluster.Client.List(ctx, &list, client.InNamespace(framework.Namespace),
+		client.MatchingLabels{job.NodeLabel: env.Node, job.KindLabel: string(kind)})).To(Succeed())
+	var out []batchv1.Job
+	for _, j := range list.Items {
+		if !j.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// jobPod is the one pod of a Job.
+func jobPod(g Gomega, jobName string) *corev1.Pod {
+	var list corev1.PodList
+	g.Expect(env.Cluster.Client.List(ctx, &list, client.InNamespace(framework.Namespace),
+		client.MatchingLabels{"job-name": jobName})).To(Succeed())
+	g.Expect(list.Items).To(HaveLen(1), "one pod of job %s", jobName)
+	return &list.Items[0]
+}
+
+// watchReady samples the ready pods of a workload every 100 ms until the
+// test ends; the function it returns says the fewest seen so far.
+func watchReady(t *testing.T, namespace, app string) func() int {
+	t.Helper()
+	var mu sync.Mutex
+	fewest := -1
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			var list corev1.PodList
+			if err := env.Cluster.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{"app": app}); err != nil {
+				continue
+			}
+			n := 0
+			for _, p := range list.Items {
+				if p.DeletionTimestamp == nil && running(&p) {
+					n++
+				}
+			}
+			mu.Lock()
+			if fewest < 0 || n < fewest {
+				fewest = n
+			}
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return fewest
+	}
+}
+
+// spooled counts the records in the monitor's hostPath spool.
+func spooled() int {
+	n := 0
+	_ = filepath.WalkDir(env.Spool, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(d.Name(), ".json") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
