@@ -38,18 +38,7 @@ func node(g Gomega, name string) *corev1.Node {
 	return &n
 }
 
-func quarantined(g Gomega, name string) bool {
-	n := node(g, name)
-	if !n.Spec.Unschedulable {
-		return false
-	}
-	for _, t := range n.Spec.Taints {
-		if t.Key == "gpuhealth.dev/quarantined" {
-			return true
-		}
-	}
-	return false
-}
+func quarantined(g Gomega, name string) bool { return framework.Quarantined(node(g, name)) }
 
 // event reads the NodeHealthEvent the monitor on node makes for a finding.
 func event(node string, check gpuhealthv1alpha1.Check, component, code string) func(Gomega) *gpuhealthv1alpha1.NodeHealthEvent {

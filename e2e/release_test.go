@@ -17,11 +17,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -227,21 +225,9 @@ func TestHelmUpgradeAndUninstall(t *testing.T) {
 	t.Logf("helm uninstall took %s", time.Since(start).Round(time.Millisecond))
 
 	// Nothing of ours is left but the CRDs, their objects and the policy.
-	gone := func(obj client.Object, namespace, name string) {
-		err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj)
-		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%T %s/%s is left: %v", obj, namespace, name, err)
-	}
-	for _, name := range []string{"gpuhealth-operator", "gpuhealth-monitor"} {
-		gone(&corev1.ServiceAccount{}, framework.Namespace, name)
-		gone(&rbacv1.ClusterRole{}, "", name)
-		gone(&rbacv1.ClusterRoleBinding{}, "", name)
-	}
-	gone(&appsv1.Deployment{}, framework.Namespace, "gpuhealth-operator")
-	gone(&appsv1.DaemonSet{}, framework.Namespace, "gpuhealth-monitor")
-	gone(&corev1.ConfigMap{}, framework.Namespace, "gpuhealth-monitor")
-	gone(&rbacv1.Role{}, framework.Namespace, "gpuhealth-operator")
-	gone(&admissionregistrationv1.ValidatingAdmissionPolicy{}, "", "gpuhealth-monitor-own-node")
-	gone(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, "", "gpuhealth-monitor-own-node")
+	left, err := framework.Leftovers(ctx, c)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(left).To(BeEmpty())
 	for _, crd := range []string{"nodehealthevents", "nodehealths", "remediationpolicies"} {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))

@@ -269,15 +269,7 @@ func NewMonitor(ctx context.Context, c *Cluster, b Binaries, dir, node, scenario
 
 // Inject appends lines to the node's scenario; the fake NVML library reads
 // them within 100 ms.
-func (m *Monitor) Inject(lines ...string) error {
-	f, err := os.OpenFile(m.Scenario, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = f.Close() }()
-	_, err = f.WriteString(strings.Join(lines, "\n") + "\n")
-	return err
-}
+func (m *Monitor) Inject(lines ...string) error { return AppendScenario(m.Scenario, lines...) }
 
 // InjectXID makes the node's GPU device raise an XID now.
 func (m *Monitor) InjectXID(device, code int) error {

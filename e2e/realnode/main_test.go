@@ -293,21 +293,9 @@ policy:
 `, e.ImageTag, e.Node, e.Spool, e.FakeGPU, lib, fakenvml.ScenarioEnv, framework.Namespace, testJobImage)
 }
 
-// inject appends lines to the real node's fake NVML scenario; the library
-// in the monitor pod reads them within 100 ms.
-func (e *nodeEnv) inject(lines ...string) error {
-	f, err := os.OpenFile(e.Scenario, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = f.Close() }()
-	_, err = f.WriteString(strings.Join(lines, "\n") + "\n")
-	return err
-}
-
 // injectXID makes GPU device of the real node raise XID code after delay.
 func (e *nodeEnv) injectXID(device, code int, delay time.Duration) error {
-	return e.inject(fmt.Sprintf("xid device=%d code=%d at=%s", device, code, fakenvml.At(time.Now().Add(delay))))
+	return framework.AppendScenario(e.Scenario, fmt.Sprintf("xid device=%d code=%d at=%s", device, code, fakenvml.At(time.Now().Add(delay))))
 }
 
 // saveLogs keeps what a failure needs: the control plane's logs, the pods'

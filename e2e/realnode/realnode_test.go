@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -337,19 +335,9 @@ func TestHelmUpgradeAndUninstall(t *testing.T) {
 		return left
 	}, time.Minute).Should(BeEmpty())
 	g.Expect(crictl(t, "ps", "-q", "--namespace", framework.Namespace)).To(BeEmpty(), "no container of ours runs on the node")
-	gone := func(obj client.Object, namespace, name string) {
-		err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj)
-		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%T %s/%s is left: %v", obj, namespace, name, err)
-	}
-	for _, name := range []string{"gpuhealth-operator", "gpuhealth-monitor"} {
-		gone(&corev1.ServiceAccount{}, framework.Namespace, name)
-		gone(&rbacv1.ClusterRole{}, "", name)
-		gone(&rbacv1.ClusterRoleBinding{}, "", name)
-	}
-	gone(&rbacv1.Role{}, framework.Namespace, "gpuhealth-operator")
-	gone(&rbacv1.RoleBinding{}, framework.Namespace, "gpuhealth-operator")
-	gone(&admissionregistrationv1.ValidatingAdmissionPolicy{}, "", "gpuhealth-monitor-own-node")
-	gone(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, "", "gpuhealth-monitor-own-node")
+	left, err := framework.Leftovers(ctx, c)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(left).To(BeEmpty())
 	var webhooks admissionregistrationv1.ValidatingWebhookConfigurationList
 	g.Expect(c.List(ctx, &webhooks)).To(Succeed())
 	for _, w := range webhooks.Items {
@@ -453,10 +441,7 @@ func node(g Gomega, name string) *corev1.Node {
 	return &n
 }
 
-func quarantined(g Gomega, name string) bool {
-	n := node(g, name)
-	return n.Spec.Unschedulable && slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "gpuhealth.dev/quarantined" })
-}
+func quarantined(g Gomega, name string) bool { return framework.Quarantined(node(g, name)) }
 
 func phase(name string) func(Gomega) gpuhealthv1alpha1.NodeHealthPhase {
 	return func(g Gomega) gpuhealthv1alpha1.NodeHealthPhase {
