@@ -139,7 +139,7 @@ func TestXIDCycle(t *testing.T) {
 	}).Should(Succeed())
 
 	// The PDB holds: at least one trainer pod is ready at every moment of the drain.
-	minReady := watchReady(t, "ml", "trainer")
+	ready := sample(t, readyPods("ml", "trainer"))
 
 	start := time.Now()
 	g.Expect(env.injectXID(0, 119, 200*time.Millisecond)).To(Succeed())
@@ -162,7 +162,7 @@ func TestXIDCycle(t *testing.T) {
 			return apierrors.IsNotFound(err)
 		}).Should(BeTrue(), "pod %s gone: the kubelet stopped its container", p.Name)
 	}
-	g.Expect(minReady()).To(BeNumerically(">=", 1), "the PDB (minAvailable 1) held throughout the drain")
+	g.Expect(ready.Min()).To(BeNumerically(">=", 1), "the PDB (minAvailable 1) held throughout the drain")
 
 	g.Eventually(phase(env.Node), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	g.Eventually(func(g Gomega) bool { return quarantined(g, env.Node) || node(g, env.Node).Spec.Unschedulable }).Should(BeFalse(), "uncordoned, untainted")
@@ -216,6 +216,31 @@ func TestLeaderFailover(t *testing.T) {
 			g.Expect(running(&p)).To(BeTrue())
 		}
 	}).Should(Succeed())
+}
+
+// TestBudgetAcrossRealAndFakeNodes: with maxUnavailable 1, a fault on the
+// real node and one on a fake node at once: both cordoned at once, never
+// both out of service, both back.
+func TestBudgetAcrossRealAndFakeNodes(t *testing.T) {
+	g := NewWithT(t)
+	kubectl(t, "patch", "remediationpolicy", "default", "--type", "merge", "-p", `{"spec":{"budgets":{"maxUnavailable":1}}}`)
+	defer kubectl(t, "patch", "remediationpolicy", "default", "--type", "merge", "-p", `{"spec":{"budgets":{"maxUnavailable":"10%"}}}`)
+	out := sample(t, outOfService)
+	fake := "gpu-node-1"
+	spec := gpuhealthv1alpha1.NodeHealthEventSpec{
+		NodeName: fake, Source: gpuhealthv1alpha1.SourceManual, Check: gpuhealthv1alpha1.CheckXID,
+		Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: framework.GPUUUID(1, 0)},
+		Code:      "119", Severity: gpuhealthv1alpha1.SeverityFatal, RecommendedAction: gpuhealthv1alpha1.ActionResetGPU,
+		Message: "GSP RPC timeout (written by the test)",
+	}
+	g.Expect(env.injectXID(4, 119, 200*time.Millisecond)).To(Succeed())
+	g.Expect(env.Cluster.Client.Create(ctx, &gpuhealthv1alpha1.NodeHealthEvent{ObjectMeta: metav1.ObjectMeta{Name: spec.EventName()}, Spec: spec})).To(Succeed())
+	g.Eventually(func(g Gomega) bool { return quarantined(g, env.Node) && quarantined(g, fake) }).Should(BeTrue(), "both cordoned at once")
+	for _, n := range []string{env.Node, fake} {
+		g.Eventually(phase(n), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
+		g.Eventually(func(g Gomega) bool { return node(g, n).Spec.Unschedulable }).Should(BeFalse(), "%s back in service", n)
+	}
+	g.Expect(out.Max()).To(Equal(1), "one node out of service at a time")
 }
 
 // TestMonitorRestartDuringOutage: with the apiserver down, three XIDs are
@@ -494,14 +519,22 @@ func jobPod(g Gomega, jobName string) *corev1.Pod {
 	return &list.Items[0]
 }
 
-// watchReady samples the ready pods of a workload every 100 ms until the
-// test ends; the function it returns says the fewest seen so far.
-func watchReady(t *testing.T, namespace, app string) func() int {
+// extent is the least and the most a sampled count has been.
+type extent struct {
+	mu       sync.Mutex
+	min, max int
+	seen     bool
+}
+
+func (e *extent) Min() int { e.mu.Lock(); defer e.mu.Unlock(); return e.min }
+func (e *extent) Max() int { e.mu.Lock(); defer e.mu.Unlock(); return e.max }
+
+// sample calls count every 100 ms until the test ends and keeps its extent
+// (a failed count is skipped).
+func sample(t *testing.T, count func() (int, error)) *extent {
 	t.Helper()
-	var mu sync.Mutex
-	fewest := -1
-	stop := make(chan struct{})
-	done := make(chan struct{})
+	e := &extent{}
+	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
@@ -510,29 +543,56 @@ func watchReady(t *testing.T, namespace, app string) func() int {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			var list corev1.PodList
-			if err := env.Cluster.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{"app": app}); err != nil {
+			n, err := count()
+			if err != nil {
 				continue
 			}
-			n := 0
-			for _, p := range list.Items {
-				if p.DeletionTimestamp == nil && running(&p) {
-					n++
-				}
+			e.mu.Lock()
+			if !e.seen || n < e.min {
+				e.min = n
 			}
-			mu.Lock()
-			if fewest < 0 || n < fewest {
-				fewest = n
+			if !e.seen || n > e.max {
+				e.max = n
 			}
-			mu.Unlock()
+			e.seen = true
+			e.mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() { close(stop); <-done })
-	return func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return fewest
+	return e
+}
+
+// readyPods counts a workload's ready pods.
+func readyPods(namespace, app string) func() (int, error) {
+	return func() (int, error) {
+		var list corev1.PodList
+		if err := env.Cluster.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{"app": app}); err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && running(&p) {
+				n++
+			}
+		}
+		return n, nil
 	}
+}
+
+// outOfService counts the NodeHealths Draining or Recertifying, from one
+// List (a consistent snapshot).
+func outOfService() (int, error) {
+	var list gpuhealthv1alpha1.NodeHealthList
+	if err := env.Cluster.Client.List(ctx, &list); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, nh := range list.Items {
+		if p := nh.Status.Phase; p == gpuhealthv1alpha1.PhaseDraining || p == gpuhealthv1alpha1.PhaseRecertifying {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // spooled counts the records in the monitor's hostPath spool.
