@@ -125,8 +125,8 @@ e2e: controlplane $(HELM) image ## End-to-end suite: the real binaries on a loca
 	HELM=$(HELM) GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) go test -tags e2e -count=1 -timeout 25m ./e2e/
 
 .PHONY: e2e-node
-e2e-node: controlplane image ## Real-node tier: a kubelet with containerd on this machine (hack/realnode.sh), the chart installed, real pods (GPUHEALTH_E2E_KEEP=1 keeps the node up).
-	hack/controlplane.sh node >/dev/null
+e2e-node: controlplane $(HELM) image ## Real-node tier: a kubelet with containerd on this machine (hack/realnode.sh), the chart installed, real pods (GPUHEALTH_E2E_KEEP=1 keeps the node up).
+	HELM=$(HELM) hack/controlplane.sh node >/dev/null
 	rc=0; GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) go test -tags e2enode -count=1 -v -timeout 15m ./e2e/realnode/ || rc=$$?; \
 	  if [ -z "$$GPUHEALTH_E2E_KEEP" ]; then hack/realnode.sh down >/dev/null 2>&1 || true; fi; exit $$rc
 

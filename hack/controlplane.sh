@@ -16,7 +16,7 @@
 #
 # `hack/controlplane.sh node` also builds what a real node needs
 # (hack/realnode.sh): kubelet, kube-proxy and kubectl of the same version,
-# crictl and helm, into the same directory.
+# crictl and helm (a copy of $HELM when set), into the same directory.
 set -euo pipefail
 
 with_node=false
@@ -138,7 +138,11 @@ if $with_node; then
   if [ -x "$bin_dir/crictl" ] && "$bin_dir/crictl" --version >/dev/null 2>&1; then log "crictl v${CRICTL_VERSION}: cached"; else
     timed "crictl v${CRICTL_VERSION}" env CGO_ENABLED=0 GOBIN="$bin_dir" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/cri-tools/cmd/crictl@v${CRICTL_VERSION}"
   fi
-  if [ -x "$bin_dir/helm" ] && "$bin_dir/helm" version >/dev/null 2>&1; then log "helm v${HELM_VERSION}: cached"; else
+  if [ -x "$bin_dir/helm" ] && "$bin_dir/helm" version >/dev/null 2>&1; then log "helm v${HELM_VERSION}: cached"
+  elif [ -x "${HELM:-}" ] && "$HELM" version >/dev/null 2>&1; then
+    # The Makefile's own helm (./bin/helm-<version>), instead of a second build.
+    cp "$HELM" "$bin_dir/helm" && log "helm: copied $HELM"
+  else
     timed "helm v${HELM_VERSION}" env CGO_ENABLED=0 GOBIN="$bin_dir" go install -trimpath "helm.sh/helm/v3/cmd/helm@v${HELM_VERSION}"
   fi
 fi
