@@ -443,7 +443,7 @@ status() {
 
 case "${1:-}" in
   up) up ;;
-  down) mkdir -p "$RUN/logs"; down ;;
+  down) if [ -d "$RUN" ]; then mkdir -p "$RUN/logs"; down; else log "not up ($RUN); nothing to do"; fi ;;
   status) status ;;
   env) B=$(hack/controlplane.sh 2>/dev/null | tail -1); print_env ;;
   load) shift; alive containerd || die "the node is not up"; B=$(hack/controlplane.sh 2>/dev/null | tail -1); load "$@" ;;
