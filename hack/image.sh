@@ -31,18 +31,9 @@ if ! command -v podman >/dev/null || ! command -v debootstrap >/dev/null || ! co
   log "installing podman, buildah, runc and debootstrap with apt-get"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q podman buildah runc debootstrap >/dev/null
 fi
-# runc: crun refuses these machines' hybrid cgroup hierarchy.
-podman() { command podman --runtime runc "$@"; }
-conf=/etc/containers/containers.conf
-if ! grep -qs '^[[:space:]]*default_ulimits' "$conf"; then
-  log "setting default_ulimits = [] in $conf"
-  mkdir -p "$(dirname "$conf")"
-  if grep -qs '^\[containers\]' "$conf"; then
-    sed -i 's/^\[containers\]/[containers]\ndefault_ulimits = []/' "$conf"
-  else
-    printf '\n[containers]\ndefault_ulimits = []\n' >>"$conf"
-  fi
-fi
+# shellcheck source=hack/podman.sh
+. hack/podman.sh
+podman_conf
 
 glibc=localhost/gpuhealth-base-glibc:bookworm
 builder=localhost/gpuhealth-base-builder:bookworm

@@ -53,9 +53,12 @@ die() { log "$*"; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (containerd, the kubelet, iptables, sysctls)"
 
 bins() { B=$(hack/controlplane.sh node 2>>"$RUN/logs/build.log" | tail -1) || { tail -20 "$RUN/logs/build.log" >&2; die "hack/controlplane.sh node failed"; }; }
+# cached sets B to the cached binaries' directory without building any.
+cached() { B=$(hack/controlplane.sh 2>/dev/null | tail -1); }
 crictl() { "$B/crictl" --runtime-endpoint "unix://$SOCK" --image-endpoint "unix://$SOCK" "$@"; }
 ctr() { command ctr --address "$SOCK" --namespace k8s.io "$@"; }
-podman() { command podman --runtime runc "$@"; }
+# shellcheck source=hack/podman.sh
+. hack/podman.sh
 
 # alive NAME: the process of $RUN/NAME.pid runs (a zombie does not: PID 1
 # of this machine may not reap).
@@ -110,14 +113,7 @@ install_packages() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$RUN/logs/apt.log" 2>&1 ||
       { tail -20 "$RUN/logs/apt.log" >&2; die "apt-get install ${missing[*]} failed"; }
   fi
-  # podman as root here: runc (crun refuses the hybrid cgroup hierarchy) and no
-  # rlimits (runc fails "error setting rlimit type 7" otherwise); as hack/image.sh.
-  local conf=/etc/containers/containers.conf
-  if ! grep -qs '^[[:space:]]*default_ulimits' "$conf"; then
-    mkdir -p "$(dirname "$conf")"
-    if grep -qs '^\[containers\]' "$conf"; then sed -i 's/^\[containers\]/[containers]\ndefault_ulimits = []/' "$conf"
-    else printf '\n[containers]\ndefault_ulimits = []\n' >>"$conf"; fi
-  fi
+  podman_conf
 }
 
 # static_image PKG REF: build Go package PKG (a path in this repository)
@@ -377,7 +373,7 @@ down() {
   # Every step runs, whatever the one before it did.
   set +e
   local left=0
-  B=${B:-$(hack/controlplane.sh 2>/dev/null | tail -1)}
+  [ -n "${B:-}" ] || cached
   # First the kubelet, so it starts nothing again.
   stop kubelet
   if [ -S "$SOCK" ]; then
@@ -432,7 +428,7 @@ down() {
 
 status() {
   if alive kubelet && alive containerd; then
-    B=$(hack/controlplane.sh 2>/dev/null | tail -1)
+    cached
     log "up: node $NODE in $RUN"
     print_env
     return 0
@@ -445,8 +441,8 @@ case "${1:-}" in
   up) up ;;
   down) if [ -d "$RUN" ]; then mkdir -p "$RUN/logs"; down; else log "not up ($RUN); nothing to do"; fi ;;
   status) status ;;
-  env) B=$(hack/controlplane.sh 2>/dev/null | tail -1); print_env ;;
-  load) shift; alive containerd || die "the node is not up"; B=$(hack/controlplane.sh 2>/dev/null | tail -1); load "$@" ;;
-  static-image) alive containerd || die "the node is not up"; B=$(hack/controlplane.sh 2>/dev/null | tail -1); static_image "$2" "$3" ;;
+  env) cached; print_env ;;
+  load) shift; alive containerd || die "the node is not up"; cached; load "$@" ;;
+  static-image) alive containerd || die "the node is not up"; cached; static_image "$2" "$3" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac
