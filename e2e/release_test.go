@@ -130,7 +130,7 @@ func TestImagesRun(t *testing.T) {
 		g.Eventually(lease, time.Minute).ShouldNot(Or(BeEmpty(), Equal(hostLeader)), "the image's operator leads")
 
 		const name = "gpu-node-image"
-		g.Expect(env.AddNode(ctx, name, 1)).To(Succeed())
+		g.Expect(env.Cluster.AddFakeNode(ctx, name, 1)).To(Succeed())
 		t.Cleanup(func() { _ = env.Cluster.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
 		g.Eventually(phase(name), time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy), "it reconciles the new node")
 	})

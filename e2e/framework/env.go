@@ -95,7 +95,7 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	o.Log("creating %d fake GPU nodes", o.Nodes)
 	for i := range o.Nodes {
 		name := fmt.Sprintf("gpu-node-%d", i)
-		if err := e.AddNode(ctx, name, i/4); err != nil {
+		if err := e.Cluster.AddFakeNode(ctx, name, i/4); err != nil {
 			return e, err
 		}
 		e.Nodes = append(e.Nodes, name)
@@ -136,12 +136,6 @@ func Scenario(i int) string {
 		fmt.Fprintf(&b, "fabric device=%d state=completed health=healthy status=success clique=%d cluster=%s\n", d, i/4, strings.ReplaceAll(ClusterUUID, "-", ""))
 	}
 	return b.String()
-}
-
-// AddNode registers a kwok-managed fake GPU node in clique clique and waits
-// until it is Ready.
-func (e *Env) AddNode(ctx context.Context, name string, clique int) error {
-	return e.Cluster.AddFakeNode(ctx, name, clique)
 }
 
 // AddFakeNode registers a kwok-managed fake GPU node (eight GPUs, in NVLink
