@@ -3,6 +3,7 @@
 package realnode
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/e2e/framework"
+	"github.com/gpuhealth/gpuhealth/monitors/spool"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
@@ -265,8 +267,8 @@ func TestMonitorRestartDuringOutage(t *testing.T) {
 	for i := range 3 {
 		g.Expect(env.injectXID(2, 45, time.Duration(200+1000*i)*time.Millisecond)).To(Succeed())
 	}
-	g.Eventually(spooled, 30*time.Second).Should(BeNumerically(">", 0), "the agent spools what it cannot publish")
-	time.Sleep(3 * time.Second) // the third XID is in
+	g.Eventually(func() int64 { return spooledOccurrences(uuid, "45") }, 30*time.Second).Should(Equal(int64(3)),
+		"the agent spools what it cannot publish: all three XIDs")
 	ids := crictl(t, "ps", "-q", "--name", "^monitor$", "--pod", podID(t, mon))
 	g.Expect(strings.Fields(ids)).To(HaveLen(1))
 	crictl(t, "stop", strings.TrimSpace(ids))
@@ -593,6 +595,27 @@ func outOfService() (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// spooledOccurrences sums the occurrences the monitor's hostPath spool
+// holds for an NVML XID finding about a GPU.
+func spooledOccurrences(uuid, code string) int64 {
+	var n int64
+	_ = filepath.WalkDir(env.Spool, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(d.Name(), ".json") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		var r spool.Record
+		if json.Unmarshal(b, &r) == nil && r.Spec.Source == gpuhealthv1alpha1.SourceNVML && r.Spec.Component.ID == uuid && r.Spec.Code == code {
+			n += max(r.Base, 0) + r.Pending
+		}
+		return nil
+	})
+	return n
 }
 
 // spooled counts the records in the monitor's hostPath spool.
