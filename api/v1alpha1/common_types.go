@@ -121,12 +121,15 @@ const (
 )
 
 // NodeHealthPhase is a node's place in the remediation state machine.
-// +kubebuilder:validation:Enum=Healthy;Quarantined;Draining;Recertifying;Failed
+// +kubebuilder:validation:Enum=Healthy;Certifying;Quarantined;Draining;Recertifying;Failed
 type NodeHealthPhase string
 
 const (
 	// PhaseHealthy means the node is in service.
 	PhaseHealthy NodeHealthPhase = "Healthy"
+	// PhaseCertifying means a new node is held out of service (tainted
+	// gpuhealth.dev/uncertified, not cordoned) while its certification runs.
+	PhaseCertifying NodeHealthPhase = "Certifying"
 	// PhaseQuarantined means the node is cordoned and tainted and waits for a budget to drain.
 	PhaseQuarantined NodeHealthPhase = "Quarantined"
 	// PhaseDraining means workloads are being evicted and the node is leaving its ComputeDomain.
@@ -139,7 +142,14 @@ const (
 
 // UsesBudget says whether a node in this phase counts against the drain
 // budgets (maxUnavailable and the per-domain and per-clique ones): it is
-// Draining or Recertifying.
+// Draining or Recertifying. ConsumesBudget adds Certifying where the policy
+// says so.
 func (p NodeHealthPhase) UsesBudget() bool {
 	return p == PhaseDraining || p == PhaseRecertifying
+}
+
+// ConsumesBudget says whether a node in phase p counts against spec's
+// budgets: UsesBudget, or Certifying under certification.countAgainstBudget.
+func (spec *RemediationPolicySpec) ConsumesBudget(p NodeHealthPhase) bool {
+	return p.UsesBudget() || p == PhaseCertifying && spec.Certification.CountAgainstBudget
 }

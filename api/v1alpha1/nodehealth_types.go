@@ -219,6 +219,18 @@ type RecertificationStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+
+	// steps are the results of this attempt's suite steps, in order.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Steps []StepResult `json:"steps,omitempty"`
+
+	// request is the gpuhealth.dev/certify label value this certification
+	// answers, when a human asked for it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Request string `json:"request,omitempty"`
 }
 
 // Membership is a node's standing in its ComputeDomain.
@@ -384,8 +396,8 @@ type HandledRequest struct {
 
 // NodeHealthStatus is where the node stands, written by the operator.
 type NodeHealthStatus struct {
-	// phase is the node's place in the state machine: Healthy, Quarantined,
-	// Draining, Recertifying or Failed.
+	// phase is the node's place in the state machine: Healthy, Certifying,
+	// Quarantined, Draining, Recertifying or Failed.
 	// +optional
 	Phase NodeHealthPhase `json:"phase,omitempty"`
 
@@ -416,6 +428,15 @@ type NodeHealthStatus struct {
 	// recertification is the progress of recertification.
 	// +optional
 	Recertification *RecertificationStatus `json:"recertification,omitempty"`
+
+	// certification is the progress of a new node's certification.
+	// +optional
+	Certification *RecertificationStatus `json:"certification,omitempty"`
+
+	// certificate is the last suite (certification or recertification) the
+	// node passed, with its step results. Unset: not certified.
+	// +optional
+	Certificate *Certificate `json:"certificate,omitempty"`
 
 	// computeDomain is the node's ComputeDomain membership, when it has one.
 	// A node that left its domain while out of service keeps the entry
@@ -467,7 +488,8 @@ type NodeHealthStatus struct {
 }
 
 // NodeHealth is where one managed node stands in gpuhealth's state machine
-// (Healthy → Quarantined → Draining → Recertifying → Healthy, or Failed). Its
+// (Healthy → Quarantined → Draining → Recertifying → Healthy, or Failed; a
+// new node Certifying → Healthy). Its
 // name is the node's name. Its spec holds a human's manual controls.
 //
 // +kubebuilder:object:root=true
@@ -478,6 +500,7 @@ type NodeHealthStatus struct {
 // +kubebuilder:printcolumn:name="ComputeDomain",type=string,JSONPath=`.status.computeDomain.name`
 // +kubebuilder:printcolumn:name="Clique",type=string,JSONPath=`.status.computeDomain.cliqueID`
 // +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.status.recertification.attempt`
+// +kubebuilder:printcolumn:name="Certified",type=date,JSONPath=`.status.certificate.time`
 // +kubebuilder:printcolumn:name="Since",type=date,JSONPath=`.status.since`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
 type NodeHealth struct {

@@ -60,6 +60,31 @@ const (
 	ReasonDrainTimedOut = "DrainTimedOut"
 	// ReasonDrainOnTime: the drain is within its timeout, or no pod outlived it.
 	ReasonDrainOnTime = "DrainOnTime"
+	// ReasonCertifying: a new node's certification suite runs.
+	ReasonCertifying = "Certifying"
+	// ReasonCertified: the node passed its certification suite.
+	ReasonCertified = "Certified"
+	// ReasonNotCertified: the node ran workloads when gpuhealth first
+	// managed it; its next recertification certifies it.
+	ReasonNotCertified = "NotCertified"
+	// ReasonCertificationFailed: a certification attempt failed; another follows.
+	ReasonCertificationFailed = "CertificationFailed"
+	// ReasonCertificationExhausted: the last certification attempt failed.
+	ReasonCertificationExhausted = "CertificationExhausted"
+	// ReasonCertificationRequested: a human labelled the node gpuhealth.dev/certify.
+	ReasonCertificationRequested = "CertificationRequested"
+	// ReasonUncertifiedTaintRemoved: a human removed the uncertified taint, cancelling certification.
+	ReasonUncertifiedTaintRemoved = "UncertifiedTaintRemoved"
+	// ReasonStepPassed: a suite step passed.
+	ReasonStepPassed = "StepPassed"
+	// ReasonStepFailed: a suite step failed.
+	ReasonStepFailed = "StepFailed"
+	// ReasonCliqueCertifying: the multi-node test of a clique whose fabric fault resolved runs.
+	ReasonCliqueCertifying = "CliqueCertifying"
+	// ReasonCliqueCertified: the clique passed its multi-node test; the fabric taint is lifted.
+	ReasonCliqueCertified = "CliqueCertified"
+	// ReasonCliqueCertificationFailed: the clique failed its multi-node test; the fabric taint stays.
+	ReasonCliqueCertificationFailed = "CliqueCertificationFailed"
 )
 
 // NodeHealth condition types.
@@ -74,6 +99,10 @@ const (
 	// ComputeDomain member is still listed by NVIDIA's driver, so that its
 	// peers keep holding it. Named for the problem because it is alerted on.
 	NodeHealthDeadMemberListedCondition = "DeadMemberListed"
+	// NodeHealthCertifiedCondition says whether the node holds a
+	// certificate (status.certificate): True once a certification or
+	// recertification suite passed, False for a node that is not certified.
+	NodeHealthCertifiedCondition = "Certified"
 )
 
 // Reasons of the ComputeDomain rules.

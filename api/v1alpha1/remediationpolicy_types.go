@@ -332,14 +332,24 @@ type JobTemplate struct {
 }
 
 // RecertificationSpec is how a drained node proves it is fit again.
+// +kubebuilder:validation:XValidation:rule="!(has(self.job) && has(self.steps))",message="set job (one exit-code step) or steps, not both"
 type RecertificationSpec struct {
-	// job is the recertification Job, for example DCGM diagnostics level 2
-	// and an NCCL all-reduce. Unset: a node returns after the soak window
-	// once all its findings are resolved, without a test.
+	// steps are the recertification suite, run in order after the reset or
+	// reboot step; the first failure fails the attempt. Each step's output
+	// is judged by its parser (exit-code, dcgm-diag or nccl-tests).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Steps []SuiteStep `json:"steps,omitempty"`
+
+	// job is a one-step suite judged by its exit code, the form before
+	// steps existed. Unset with no steps: a node returns after the soak
+	// window once all its findings are resolved, without a test.
 	// +optional
 	Job *JobTemplate `json:"job,omitempty"`
 
-	// timeout is the Job's deadline; past it the attempt fails. Default 30m.
+	// timeout is job's deadline; past it the attempt fails. Default 30m.
 	// +optional
 	// +kubebuilder:default="30m"
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
@@ -484,6 +494,13 @@ type ComputeDomainSpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	TaintDegradedCliques *bool `json:"taintDegradedCliques,omitempty"`
+
+	// cliqueCertification runs a multi-node test across the healthy nodes
+	// of a clique whose fabric fault resolved, and lifts the
+	// fabric-degraded taint only when it passes. Unset: the taint is lifted
+	// as soon as the fault resolves.
+	// +optional
+	CliqueCertification *CliqueCertificationSpec `json:"cliqueCertification,omitempty"`
 }
 
 // CircuitBreakerSpec stops new quarantines when too many nodes enter
@@ -545,6 +562,11 @@ type RemediationPolicySpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Recertification RecertificationSpec `json:"recertification"`
+
+	// certification is how a new node proves itself before it first takes work.
+	// +optional
+	// +kubebuilder:default={}
+	Certification CertificationSpec `json:"certification"`
 
 	// remediation lists optional reset and reboot steps before recertification.
 	// +optional
@@ -654,7 +676,8 @@ type BudgetStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	Limit int32 `json:"limit"`
 
-	// unavailable is how many managed nodes are Draining or Recertifying.
+	// unavailable is how many managed nodes are Draining or Recertifying
+	// (and Certifying, when certification.countAgainstBudget).
 	// +required
 	// +kubebuilder:validation:Minimum=0
 	Unavailable int32 `json:"unavailable"`

@@ -14,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,6 +32,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/controllers/policy"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=gpuhealth-system
@@ -147,6 +149,12 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating the discovery client: %w", err)
 	}
+	// Suite steps' output is read from their pods' logs, which only the
+	// clientset's pods/log subresource serves.
+	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("creating the clientset: %w", err)
+	}
 	// The ComputeDomain view waits for NVIDIA's CRDs and watches them once
 	// they are served; without them it costs one discovery GET per interval.
 	view := computedomain.NewView(mgr.GetCache(), disc, clk)
@@ -169,6 +177,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		Drainer:                 drain.New(mgr.GetClient(), clk),
 		Breaker:                 brk,
 		Namespace:               o.namespace,
+		Outputs:                 job.LogReader{Clientset: clientset},
 		ComputeDomains:          view,
 		MaxConcurrentReconciles: o.workers,
 		StormQuiet:              o.stormQuiet,

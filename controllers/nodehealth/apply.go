@@ -51,6 +51,16 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (fenced
 		if err != nil {
 			return fenced, err
 		}
+	case nodeUncertified:
+		err := r.writeNode(o, func(n *corev1.Node) error {
+			if err := nodepkg.HoldUncertified(ctx, r.Client, n, phaseLabel(o.policy, p.status.Phase)); err != nil {
+				return err
+			}
+			return nodepkg.SetGPUHealthy(ctx, r.Client, n, false, p.nodeReason, truncate(p.nodeMessage, 1024), o.now)
+		})
+		if err != nil {
+			return fenced, err
+		}
 	}
 	if p.deleteJobs {
 		deleted, err := job.DeleteUnfinished(ctx, r.Client, o.namespace, o.node.Name)
@@ -103,6 +113,9 @@ func (r *Reconciler) applyAfterWrite(ctx context.Context, o *observation, p *pla
 	taint := nodepkg.Taint(o.policy.Spec.Quarantine.Taint)
 	return r.writeNode(o, func(n *corev1.Node) error {
 		if err := nodepkg.Release(ctx, r.Client, n, taint); err != nil {
+			return err
+		}
+		if _, err := nodepkg.ReleaseUncertified(ctx, r.Client, n); err != nil {
 			return err
 		}
 		return nodepkg.SetGPUHealthy(ctx, r.Client, n, true, p.nodeReason, p.nodeMessage, o.now)
@@ -167,6 +180,7 @@ func (r *Reconciler) record(ctx context.Context, o *observation, p *plan) (bool,
 	if p.budgetBlocked != "" {
 		budgetBlocked.WithLabelValues(string(p.budgetBlocked)).Inc()
 	}
+	countSteps(o.node.Name, p.steps)
 	publish(r.Recorder, p.announce)
 	nodeGauges(nh)
 	return true, nil

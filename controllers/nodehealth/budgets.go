@@ -38,7 +38,7 @@ func (r *Reconciler) countBudgets(ctx context.Context, o *observation, fromAPISe
 	consuming := 0
 	for i := range nhs {
 		nh := &nhs[i]
-		if _, ok := managed[nh.Name]; ok && nh.Name != o.nh.Name && nh.Status.Phase.UsesBudget() {
+		if _, ok := managed[nh.Name]; ok && nh.Name != o.nh.Name && o.policy.Spec.ConsumesBudget(nh.Status.Phase) {
 			consuming++
 		}
 	}

@@ -245,7 +245,7 @@ func (r *Reconciler) domainBudgets(o *observation, nhs []gpuhealthv1alpha1.NodeH
 			if nh.Name == o.nh.Name || nh.Status.ComputeDomain == nil || nh.Status.ComputeDomain.UID != string(uid) {
 				continue
 			}
-			if nh.Status.Phase.UsesBudget() {
+			if o.policy.Spec.ConsumesBudget(nh.Status.Phase) {
 				members[nh.Name] = true
 				consuming++
 			}
@@ -265,7 +265,7 @@ func (r *Reconciler) domainBudgets(o *observation, nhs []gpuhealthv1alpha1.NodeH
 		for i := range nhs {
 			nh := &nhs[i]
 			lbls, managed := nodes[nh.Name]
-			if nh.Name == o.nh.Name || !managed || !nh.Status.Phase.UsesBudget() {
+			if nh.Name == o.nh.Name || !managed || !o.policy.Spec.ConsumesBudget(nh.Status.Phase) {
 				continue
 			}
 			if cliqueOf(lbls, nh.Status.ComputeDomain) == clique {

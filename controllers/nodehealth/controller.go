@@ -96,6 +96,9 @@ type Reconciler struct {
 	Breaker *breaker.Breaker
 	// Namespace is where recertification and remediation Jobs run.
 	Namespace string
+	// Outputs reads what suite Jobs printed, for their parsers. Nil: a step
+	// whose parser needs output fails for want of it.
+	Outputs job.OutputReader
 	// ComputeDomains is the read-only ComputeDomain view. Nil: membership
 	// comes from node labels and daemon pods only (no clique entries).
 	ComputeDomains *computedomain.View
@@ -229,7 +232,9 @@ var budgetFreed = predicate.Funcs{
 }
 
 func usesBudget(nh *gpuhealthv1alpha1.NodeHealth) bool {
-	return nh.Status.Phase.UsesBudget()
+	// Certifying counts where a policy says so; waking the waiting nodes
+	// when one leaves costs little either way.
+	return nh.Status.Phase.UsesBudget() || nh.Status.Phase == gpuhealthv1alpha1.PhaseCertifying
 }
 
 // budgetFreedToWaiting wakes the nodes waiting for a budget.

@@ -43,6 +43,9 @@ const (
 	// nodeInService lifts what gpuhealth put on the node and sets
 	// GPUHealthy True; after the status write when the node returns.
 	nodeInService
+	// nodeUncertified keeps a certifying node tainted uncertified (not
+	// cordoned) and labelled with its phase, with GPUHealthy False.
+	nodeUncertified
 )
 
 // plan is what decide wants: the status to write, what to do to the node,
@@ -60,6 +63,8 @@ type plan struct {
 	// announce are the Events the status write makes true; published only
 	// after it succeeded.
 	announce []announcement
+	// steps are the suite steps judged in this pass, counted after the write.
+	steps []stepRecord
 	// node is what to do to the Node; nodeMessage explains GPUHealthy.
 	node                    nodeIntent
 	nodeReason, nodeMessage string
@@ -105,6 +110,8 @@ type decider struct {
 	// attemptStarted: the pass started a recertification attempt, whose
 	// Jobs wait for the next pass (after its start is written down).
 	attemptStarted bool
+	// first: gpuhealth manages the node from this pass on (no phase yet).
+	first bool
 }
 
 // decide is the state machine: from what was observed, what to do. It is a
@@ -125,6 +132,7 @@ func decide(o *observation) *plan {
 		return d.p
 	}
 	if st.Phase == "" {
+		d.first = true
 		fsm.Record(st, "", gpuhealthv1alpha1.PhaseHealthy, gpuhealthv1alpha1.ReasonManaged, "managed by RemediationPolicy "+o.policy.Name, "", o.now)
 	}
 	d.p.judged = judgeAll(o)
@@ -173,9 +181,10 @@ func (d *decider) housekeeping() {
 	} else {
 		d.clearCondition(gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, gpuhealthv1alpha1.ReasonNotDeadMember, "the node is back in service")
 	}
-	if d.p.node == nodeOutOfService {
+	if d.p.node == nodeOutOfService || d.p.node == nodeUncertified {
 		d.p.nodeReason, d.p.nodeMessage = d.nodeCondition()
 	}
+	d.certifiedCondition()
 	st.ObservedGeneration = d.o.nh.Generation
 }
 
@@ -188,6 +197,8 @@ func (d *decider) phases() {
 		switch phase {
 		case gpuhealthv1alpha1.PhaseHealthy:
 			d.healthy()
+		case gpuhealthv1alpha1.PhaseCertifying:
+			d.certifying()
 		case gpuhealthv1alpha1.PhaseQuarantined:
 			d.quarantined()
 		case gpuhealthv1alpha1.PhaseDraining:
@@ -236,6 +247,10 @@ func (d *decider) wait(dur time.Duration) {
 func (d *decider) healthy() {
 	o, counting := d.o, d.counting()
 	if len(counting) == 0 {
+		if reason, message, request, ok := d.certificationRequest(d.first); ok {
+			d.startCertification(reason, message, request)
+			return
+		}
 		// The reason of the transition into Healthy (Recertified,
 		// ManualRelease, …) stays until the next one.
 		if !d.dryRun() {
@@ -519,18 +534,20 @@ func (d *decider) recertifying() {
 			return
 		}
 	}
-	if spec.Recertification.Job != nil {
-		want := job.Build(job.Recertification, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, *spec.Recertification.Job, spec.Recertification.Timeout.Get(defaultJobTimeout))
-		rc.JobName = want.Name
-		if !d.jobSucceeded(want, gpuhealthv1alpha1.ReasonRecertifying) {
+	steps := recertificationSteps(spec.Recertification)
+	if rc.CompletedAt == nil {
+		done, passed, why := d.runSuite(job.Recertification, gpuhealthv1alpha1.SuiteRecertification, steps, rc, gpuhealthv1alpha1.ReasonRecertifying)
+		if !done {
 			return
 		}
-	}
-	if rc.CompletedAt == nil {
+		if !passed {
+			d.failAttempt(why)
+			return
+		}
 		rc.CompletedAt = &o.now
 		rc.Result = gpuhealthv1alpha1.JobSucceeded
-		if spec.Recertification.Job == nil {
-			rc.Message = "no recertification job configured; the soak window decides"
+		if len(steps) == 0 {
+			rc.Message = "no recertification suite configured; the soak window decides"
 		}
 	}
 	for _, j := range d.counting() {
@@ -559,7 +576,10 @@ func (d *decider) recertifying() {
 		d.statusReason(gpuhealthv1alpha1.ReasonWaitingForResolution, "recertification passed; waiting for findings to clear: "+describe(open))
 		return
 	}
-	d.closeFindings(fsm.Pass, gpuhealthv1alpha1.ReasonRecertified, fmt.Sprintf("recertification attempt %d passed and the soak window was clean", rc.Attempt), "")
+	if len(steps) > 0 {
+		d.certify(gpuhealthv1alpha1.SuiteRecertification, rc)
+	}
+	d.closeFindings(fsm.Pass, gpuhealthv1alpha1.ReasonRecertified, fmt.Sprintf("recertification attempt %d passed (%s) and the soak window was clean", rc.Attempt, suiteSummary(rc.Steps)), "")
 }
 
 // remediationStep picks the reset or reboot step the action asks for, when
@@ -691,7 +711,7 @@ func (d *decider) closeFindings(e fsm.Event, reason, message, by string) {
 	}
 	d.supersede()
 	st := &d.p.status
-	st.Drain, st.Recertification, st.ActiveEvents = nil, nil, nil
+	st.Drain, st.Recertification, st.Certification, st.ActiveEvents = nil, nil, nil, nil
 	for i := range d.p.judged {
 		d.p.judged[i].counts = false
 	}

@@ -1,6 +1,8 @@
 package nodehealth
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -17,6 +19,12 @@ const (
 	labelEvent  = "event"
 	labelNode   = "node"
 	labelBudget = "budget"
+	labelSuite  = "suite"
+	labelStep   = "step"
+	labelParser = "parser"
+	labelResult = "result"
+	labelName   = "measurement"
+	labelUnit   = "unit"
 )
 
 var (
@@ -50,6 +58,22 @@ var (
 		Help: "1 while a draining node has pods that must leave past the drain timeout and the policy waits for them (condition DrainTimedOut), 0 otherwise.",
 	}, []string{labelNode})
 
+	suiteSteps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuhealth_suite_steps_total",
+		Help: "Number of certification and recertification steps judged, by suite, step, parser and result (passed or failed).",
+	}, []string{labelSuite, labelStep, labelParser, labelResult})
+
+	suiteStepDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpuhealth_suite_step_duration_seconds",
+		Help:    "How long certification and recertification steps took, from their Job's creation to their verdict, by suite and step.",
+		Buckets: []float64{10, 30, 60, 120, 300, 600, 1200, 1800, 3600},
+	}, []string{labelSuite, labelStep})
+
+	suiteMeasurement = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpuhealth_suite_step_measurement",
+		Help: "The last value each node's certification or recertification step measured (for example busBandwidth in GB/s), by node, suite, step, measurement and unit.",
+	}, []string{labelNode, labelSuite, labelStep, labelName, labelUnit})
+
 	deadMemberListed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gpuhealth_nodehealth_dead_member_listed",
 		Help: "1 while a dead, fenced ComputeDomain member is still listed by NVIDIA's driver, so its peers hold it (condition DeadMemberListed), 0 otherwise.",
@@ -57,7 +81,8 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase, drainTimedOut, deadMemberListed, staleDaemonPodsDeleted, budgetBlocked)
+	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase, drainTimedOut, deadMemberListed, staleDaemonPodsDeleted, budgetBlocked,
+		suiteSteps, suiteStepDuration, suiteMeasurement)
 	// Every series from zero, so the first illegal transition is an
 	// increase() an alert sees, not a new series at 1.
 	for _, p := range fsm.Phases() {
@@ -100,4 +125,22 @@ func forgetNodeGauges(node string) {
 	nodePhase.DeletePartialMatch(prometheus.Labels{labelNode: node})
 	drainTimedOut.DeleteLabelValues(node)
 	deadMemberListed.DeleteLabelValues(node)
+	suiteMeasurement.DeletePartialMatch(prometheus.Labels{labelNode: node})
+}
+
+// countSteps counts the steps a written status judged.
+func countSteps(node string, steps []stepRecord) {
+	for _, s := range steps {
+		result := "failed"
+		if s.passed {
+			result = "passed"
+		}
+		suiteSteps.WithLabelValues(string(s.suite), s.step, string(s.parser), result).Inc()
+		suiteStepDuration.WithLabelValues(string(s.suite), s.step).Observe(s.duration.Seconds())
+		for _, m := range s.measurements {
+			if v, err := strconv.ParseFloat(m.Value, 64); err == nil {
+				suiteMeasurement.WithLabelValues(node, string(s.suite), s.step, m.Name, m.Unit).Set(v)
+			}
+		}
+	}
 }

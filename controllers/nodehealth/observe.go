@@ -58,6 +58,12 @@ type observation struct {
 	budgets *budgetCount
 	// drain is this pass's drain of the node; set while it drains.
 	drain *drainPass
+	// outputs are the finished suite Jobs' outputs that wait for a verdict, by Job name.
+	outputs map[string]jobOutput
+	// workloads are the pods a drain would remove (namespace/name); read
+	// when a new node may be certified.
+	workloads    []string
+	workloadsErr error
 }
 
 // breakerView is the circuit breaker's answer to one more quarantine.
@@ -161,8 +167,15 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 
 	counting := len(judgeAll(o)) > 0
 	fenced := nodepkg.AppliedOn(node).Any()
+	if phase == "" && policy.Spec.Certification.NewNodes {
+		o.workloads, o.workloadsErr = r.Drainer.Workloads(ctx, name, policy.Spec.Drain)
+	}
 	switch phase {
-	case "", gpuhealthv1alpha1.PhaseHealthy:
+	case gpuhealthv1alpha1.PhaseCertifying, gpuhealthv1alpha1.PhaseRecertifying:
+		o.outputs = r.readOutputs(ctx, o)
+	}
+	switch phase {
+	case "", gpuhealthv1alpha1.PhaseHealthy, gpuhealthv1alpha1.PhaseCertifying:
 		if !counting {
 			break
 		}
@@ -182,6 +195,39 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 		}
 	}
 	return o, nil
+}
+
+// readOutputs reads the output of the node's finished suite Jobs whose
+// parser needs it and whose verdict the status does not hold yet.
+func (r *Reconciler) readOutputs(ctx context.Context, o *observation) map[string]jobOutput {
+	judged := map[string]bool{}
+	for _, rc := range []*gpuhealthv1alpha1.RecertificationStatus{o.nh.Status.Certification, o.nh.Status.Recertification} {
+		if rc == nil {
+			continue
+		}
+		for _, s := range rc.Steps {
+			if s.Result == gpuhealthv1alpha1.JobSucceeded || s.Result == gpuhealthv1alpha1.JobFailed {
+				judged[s.Job] = true
+			}
+		}
+	}
+	out := map[string]jobOutput{}
+	for name, j := range o.jobs {
+		parser := j.Labels[job.ParserLabel]
+		if parser == "" || parser == string(gpuhealthv1alpha1.ParserExitCode) || judged[name] {
+			continue
+		}
+		if res, _ := job.Result(j); res != gpuhealthv1alpha1.JobSucceeded && res != gpuhealthv1alpha1.JobFailed {
+			continue
+		}
+		if r.Outputs == nil {
+			out[name] = jobOutput{err: fmt.Errorf("the operator reads no job output: %w", job.ErrNoOutput)}
+			continue
+		}
+		text, err := r.Outputs.Output(ctx, o.namespace, name)
+		out[name] = jobOutput{text: text, err: err}
+	}
+	return out
 }
 
 // newRequest says whether spec.request holds a request not yet carried out.

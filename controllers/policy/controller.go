@@ -208,7 +208,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if ph := nh.Status.Phase; ph != "" {
 			phases[ph]++
 		}
-		if nh.Status.Phase.UsesBudget() {
+		if p.Spec.ConsumesBudget(nh.Status.Phase) {
 			unavailable++
 		}
 		if nh.Status.BlockingBudget == gpuhealthv1alpha1.BudgetMaxUnavailable {

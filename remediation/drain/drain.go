@@ -328,3 +328,25 @@ func (d *Drainer) do(ctx, admitCtx context.Context, t task) outcome {
 	}
 	return d.evictPod(reqCtx, t.pod)
 }
+
+// Workloads lists the pods on the node that a drain with spec would remove
+// (namespace/name, sorted): running pods that are not DaemonSet, mirror or
+// gpuhealth Job pods and not in spec.skipNamespaces, whatever their drain
+// mode. A node with any is in use.
+func (d *Drainer) Workloads(ctx context.Context, node string, spec gpuhealthv1alpha1.DrainSpec) ([]string, error) {
+	pods := &corev1.PodList{}
+	if err := d.client.List(ctx, pods, client.MatchingFields{NodeNameField: node}); err != nil {
+		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
+	}
+	chain := []podFilter{skipDaemonSetPods, skipRemediationJobPods, skipMirrorPods, skipFinishedPods, skipNamespaces(spec.SkipNamespaces)}
+	var out []string
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if dec, err := decide(ctx, chain, pod); err == nil && dec.verdict == skip {
+			continue
+		}
+		out = append(out, pod.Namespace+"/"+pod.Name)
+	}
+	slices.Sort(out)
+	return out, nil
+}

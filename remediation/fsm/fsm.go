@@ -16,7 +16,11 @@ import (
 type Event string
 
 const (
-	// Quarantine takes a healthy node out of service after a quarantining finding.
+	// Certify holds a new node (or one a human labelled) out of service until its certification passes.
+	Certify Event = "Certify"
+	// Certified returns a node that passed its certification.
+	Certified Event = "Certified"
+	// Quarantine takes a healthy or certifying node out of service after a quarantining finding.
 	Quarantine Event = "Quarantine"
 	// Drain starts emptying a quarantined node once the budgets allow it.
 	Drain Event = "Drain"
@@ -40,6 +44,7 @@ type phase = gpuhealthv1alpha1.NodeHealthPhase
 
 const (
 	healthy      = gpuhealthv1alpha1.PhaseHealthy
+	certifying   = gpuhealthv1alpha1.PhaseCertifying
 	quarantined  = gpuhealthv1alpha1.PhaseQuarantined
 	draining     = gpuhealthv1alpha1.PhaseDraining
 	recertifying = gpuhealthv1alpha1.PhaseRecertifying
@@ -55,14 +60,16 @@ type Transition struct {
 
 // transitions is the whole machine. Everything not listed is illegal.
 var transitions = []Transition{
-	{Quarantine, []phase{healthy}, quarantined},
+	{Certify, []phase{healthy}, certifying},
+	{Certified, []phase{certifying}, healthy},
+	{Quarantine, []phase{healthy, certifying}, quarantined},
 	{Drain, []phase{quarantined}, draining},
 	{Recertify, []phase{draining}, recertifying},
 	{Pass, []phase{recertifying}, healthy},
 	{FailRecertification, []phase{recertifying}, quarantined},
-	{Fail, []phase{healthy, quarantined, draining, recertifying}, failed},
-	{Cancel, []phase{quarantined, draining, recertifying, failed}, healthy},
-	{Release, []phase{quarantined, draining, recertifying, failed}, healthy},
+	{Fail, []phase{healthy, certifying, quarantined, draining, recertifying}, failed},
+	{Cancel, []phase{certifying, quarantined, draining, recertifying, failed}, healthy},
+	{Release, []phase{certifying, quarantined, draining, recertifying, failed}, healthy},
 	{Retry, []phase{failed}, quarantined},
 }
 
@@ -74,11 +81,13 @@ func Transitions() []Transition {
 }
 
 // Phases lists every phase.
-func Phases() []phase { return []phase{healthy, quarantined, draining, recertifying, failed} }
+func Phases() []phase {
+	return []phase{healthy, certifying, quarantined, draining, recertifying, failed}
+}
 
 // Events lists every event.
 func Events() []Event {
-	return []Event{Quarantine, Drain, Recertify, Pass, FailRecertification, Fail, Cancel, Release, Retry}
+	return []Event{Certify, Certified, Quarantine, Drain, Recertify, Pass, FailRecertification, Fail, Cancel, Release, Retry}
 }
 
 // IllegalTransitionError is returned for an event the current phase does not allow.

@@ -21,19 +21,25 @@ func TestLegalTransitions(t *testing.T) {
 		event Event
 		to    phase
 	}{
+		{healthy, Certify, certifying},
+		{certifying, Certified, healthy},
 		{healthy, Quarantine, quarantined},
+		{certifying, Quarantine, quarantined},
 		{quarantined, Drain, draining},
 		{draining, Recertify, recertifying},
 		{recertifying, Pass, healthy},
 		{recertifying, FailRecertification, quarantined},
 		{healthy, Fail, failed},
+		{certifying, Fail, failed},
 		{quarantined, Fail, failed},
 		{draining, Fail, failed},
 		{recertifying, Fail, failed},
+		{certifying, Cancel, healthy},
 		{quarantined, Cancel, healthy},
 		{draining, Cancel, healthy},
 		{recertifying, Cancel, healthy},
 		{failed, Cancel, healthy},
+		{certifying, Release, healthy},
 		{quarantined, Release, healthy},
 		{draining, Release, healthy},
 		{recertifying, Release, healthy},
@@ -68,7 +74,7 @@ func TestIllegalTransitionsAreRefused(t *testing.T) {
 			legal[string(f)+"/"+string(tr.Event)] = true
 		}
 	}
-	events := []Event{Quarantine, Drain, Recertify, Pass, FailRecertification, Fail, Cancel, Release, Retry}
+	events := Events()
 	illegal := 0
 	for _, p := range Phases() {
 		for _, e := range events {

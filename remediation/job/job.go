@@ -32,6 +32,10 @@ const (
 	ResetGPU Kind = "reset"
 	// RebootNode reboots the node before recertification.
 	RebootNode Kind = "reboot"
+	// Certification proves a new node fit before it first takes work.
+	Certification Kind = "cert"
+	// CliqueCertification proves an NVLink clique's fabric after a fault.
+	CliqueCertification Kind = "clique"
 )
 
 const (
@@ -41,6 +45,10 @@ const (
 	KindLabel = "gpuhealth.dev/job-kind"
 	// AttemptLabel carries the recertification attempt.
 	AttemptLabel = "gpuhealth.dev/attempt"
+	// StepLabel carries the suite step a Job runs.
+	StepLabel = "gpuhealth.dev/step"
+	// ParserLabel carries how the Job's output is judged.
+	ParserLabel = "gpuhealth.dev/parser"
 	// AttemptStartedAnnotation holds when the attempt a Job belongs to
 	// started (RFC 3339), for people; the name carries a hash of it.
 	AttemptStartedAnnotation = "gpuhealth.dev/attempt-started"

@@ -254,3 +254,65 @@ func UntaintFabric(ctx context.Context, c client.Client, n *corev1.Node) (bool, 
 	}
 	return true, nil
 }
+
+// UncertifiedAnnotation records on a Node that gpuhealth added the
+// uncertified taint. An uncertified taint without it was put there by
+// someone else and is never removed; the annotation without the taint means
+// a human removed it.
+const UncertifiedAnnotation = "gpuhealth.dev/uncertified"
+
+// UncertifiedTaint holds a node out of service until its certification
+// passes. NoSchedule and no cordon: DaemonSets and the certification Jobs
+// (which tolerate every taint) still run there.
+var UncertifiedTaint = corev1.Taint{Key: gpuhealthv1alpha1.UncertifiedTaintKey, Effect: corev1.TaintEffectNoSchedule}
+
+// UncertifiedTaintRemoved says whether gpuhealth added the uncertified
+// taint and someone has removed it since.
+func UncertifiedTaintRemoved(n *corev1.Node) bool {
+	_, ours := n.Annotations[UncertifiedAnnotation]
+	return ours && !hasTaint(n, &UncertifiedTaint)
+}
+
+// HoldUncertified adds UncertifiedTaint (recording it in
+// UncertifiedAnnotation) and sets the phase label (when label is non-empty),
+// patching only what differs. A taint already there without the annotation
+// is someone else's and is left as it is.
+func HoldUncertified(ctx context.Context, c client.Client, n *corev1.Node, label string) error {
+	orig := n.DeepCopy()
+	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+	if !hasTaint(n, &UncertifiedTaint) {
+		if _, ours := n.Annotations[UncertifiedAnnotation]; !ours {
+			n.Spec.Taints = append(n.Spec.Taints, UncertifiedTaint)
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[UncertifiedAnnotation] = "taint"
+		}
+	}
+	setLabel(n, label)
+	if equality.Semantic.DeepEqual(orig, n) {
+		return nil
+	}
+	if err := c.Patch(ctx, n, patch); err != nil {
+		return fmt.Errorf("holding node %s uncertified: %w", n.Name, err)
+	}
+	return nil
+}
+
+// ReleaseUncertified removes the uncertified taint gpuhealth added (per
+// UncertifiedAnnotation) and the annotation. It returns whether it changed
+// the node.
+func ReleaseUncertified(ctx context.Context, c client.Client, n *corev1.Node) (bool, error) {
+	if _, ours := n.Annotations[UncertifiedAnnotation]; !ours {
+		return false, nil
+	}
+	patch := client.MergeFromWithOptions(n.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool {
+		return x.Key == UncertifiedTaint.Key && x.Effect == UncertifiedTaint.Effect
+	})
+	delete(n.Annotations, UncertifiedAnnotation)
+	if err := c.Patch(ctx, n, patch); err != nil {
+		return false, fmt.Errorf("lifting the uncertified taint from node %s: %w", n.Name, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,305 @@
+package nodehealth
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/fsm"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
+	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
+	"github.com/gpuhealth/gpuhealth/remediation/suite"
+)
+
+// legacyStep names the one step of recertification.job in status.
+const legacyStep = "recertify"
+
+// jobOutput is what a finished step Job printed, as observe read it.
+type jobOutput struct {
+	text []byte
+	// err wraps job.ErrNoOutput when the output is gone for good; any
+	// other error is retried.
+	err error
+}
+
+// stepRecord is one step verdict, counted once the status write succeeded.
+type stepRecord struct {
+	suite        gpuhealthv1alpha1.Suite
+	step         string
+	parser       gpuhealthv1alpha1.ParserType
+	passed       bool
+	duration     time.Duration
+	measurements []gpuhealthv1alpha1.Measurement
+}
+
+// recertificationSteps is the policy's recertification suite: its steps, or
+// recertification.job as one exit-code step (its Job keeps the name it had
+// before suites existed).
+func recertificationSteps(spec gpuhealthv1alpha1.RecertificationSpec) []gpuhealthv1alpha1.SuiteStep {
+	if len(spec.Steps) > 0 || spec.Job == nil {
+		return spec.Steps
+	}
+	return []gpuhealthv1alpha1.SuiteStep{{Job: *spec.Job, Timeout: spec.Timeout, Parser: gpuhealthv1alpha1.ResultParser{Type: gpuhealthv1alpha1.ParserExitCode}}}
+}
+
+func stepName(s gpuhealthv1alpha1.SuiteStep) string {
+	if s.Name == "" {
+		return legacyStep
+	}
+	return s.Name
+}
+
+func parserOf(s gpuhealthv1alpha1.SuiteStep) gpuhealthv1alpha1.ParserType {
+	if s.Parser.Type == "" {
+		return gpuhealthv1alpha1.ParserExitCode
+	}
+	return s.Parser.Type
+}
+
+// runSuite runs an attempt's steps in order, one Job at a time, and says
+// whether the suite is done and whether it passed (why not when it failed).
+// Each step's verdict is written into rc.Steps once and never reached
+// again: a restarted operator resumes at the first step without one.
+func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps []gpuhealthv1alpha1.SuiteStep, rc *gpuhealthv1alpha1.RecertificationStatus, waitingReason string) (done, passed bool, why string) {
+	o := d.o
+	for i, step := range steps {
+		if i >= len(rc.Steps) {
+			rc.Steps = append(rc.Steps, gpuhealthv1alpha1.StepResult{Name: stepName(step), Parser: parserOf(step), Result: gpuhealthv1alpha1.JobPending})
+		}
+		sr := &rc.Steps[i]
+		switch sr.Result {
+		case gpuhealthv1alpha1.JobSucceeded:
+			continue
+		case gpuhealthv1alpha1.JobFailed:
+			return true, false, fmt.Sprintf("step %s: %s", sr.Name, sr.Message)
+		}
+		want := job.BuildStep(kind, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, step, step.Timeout.Get(defaultJobTimeout))
+		sr.Job, rc.JobName = want.Name, want.Name
+		if sr.StartedAt == nil {
+			sr.StartedAt = &o.now
+		}
+		progress := fmt.Sprintf("attempt %d, step %d of %d (%s)", rc.Attempt, i+1, len(steps), sr.Name)
+		live := o.jobs[want.Name]
+		if live == nil {
+			d.p.createJobs = append(d.p.createJobs, want)
+			sr.Result, rc.Result = gpuhealthv1alpha1.JobPending, gpuhealthv1alpha1.JobPending
+			d.statusReason(waitingReason, fmt.Sprintf("%s: job %s/%s created", progress, want.Namespace, want.Name))
+			d.wait(jobRecheck)
+			return false, false, ""
+		}
+		result, msg := job.Result(live)
+		if result != gpuhealthv1alpha1.JobSucceeded && result != gpuhealthv1alpha1.JobFailed {
+			sr.Result, rc.Result = result, result
+			d.statusReason(waitingReason, fmt.Sprintf("%s: job %s/%s %s", progress, live.Namespace, live.Name, msg))
+			d.wait(jobRecheck)
+			return false, false, ""
+		}
+		var text []byte
+		var outErr error
+		if parserOf(step) != gpuhealthv1alpha1.ParserExitCode {
+			out, ok := o.outputs[want.Name]
+			if !ok {
+				d.p.err = fmt.Errorf("nodehealth %s: the output of job %s was not read", o.nh.Name, want.Name)
+				return false, false, ""
+			}
+			if out.err != nil && !errors.Is(out.err, job.ErrNoOutput) {
+				// Worth another try: the apiserver or kubelet may answer next time.
+				d.statusReason(waitingReason, fmt.Sprintf("%s: reading the output of job %s/%s: %v", progress, live.Namespace, live.Name, out.err))
+				d.p.err = out.err
+				return false, false, ""
+			}
+			text, outErr = out.text, out.err
+		}
+		v := suite.Judge(step.Parser, result == gpuhealthv1alpha1.JobSucceeded, msg, text, outErr, o.node.Labels)
+		sr.CompletedAt = &o.now
+		sr.Duration = &metav1.Duration{Duration: o.now.Sub(sr.StartedAt.Time).Round(time.Second)}
+		sr.Message, sr.Measurements = truncate(v.Message, 512), v.Measurements
+		sr.Result = gpuhealthv1alpha1.JobFailed
+		if v.Passed {
+			sr.Result = gpuhealthv1alpha1.JobSucceeded
+		}
+		d.p.steps = append(d.p.steps, stepRecord{suite: which, step: sr.Name, parser: sr.Parser, passed: v.Passed, duration: sr.Duration.Duration, measurements: v.Measurements})
+		reason, eventType := gpuhealthv1alpha1.ReasonStepPassed, corev1.EventTypeNormal
+		if !v.Passed {
+			reason, eventType = gpuhealthv1alpha1.ReasonStepFailed, corev1.EventTypeWarning
+		}
+		d.nodeEvent(eventType, reason, string(which), "%s %s: step %s (%s) %s in %s: %s", which, progress, sr.Name, sr.Parser, strings.ToLower(string(sr.Result)), sr.Duration.Duration, sr.Message)
+		if !v.Passed {
+			return true, false, fmt.Sprintf("step %s: %s", sr.Name, sr.Message)
+		}
+	}
+	return true, true, ""
+}
+
+// suiteSummary is one line of the steps' verdicts.
+func suiteSummary(steps []gpuhealthv1alpha1.StepResult) string {
+	parts := make([]string, 0, len(steps))
+	for _, s := range steps {
+		parts = append(parts, fmt.Sprintf("%s %s", s.Name, strings.ToLower(string(s.Result))))
+	}
+	if len(parts) == 0 {
+		return "no steps"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// certify records a certificate for the suite the attempt passed.
+func (d *decider) certify(which gpuhealthv1alpha1.Suite, rc *gpuhealthv1alpha1.RecertificationStatus) {
+	st := &d.p.status
+	request := rc.Request
+	if v := d.o.node.Labels[gpuhealthv1alpha1.CertifyLabel]; v != "" {
+		// Any certificate answers the label's request: it is not run again.
+		request = v
+	}
+	st.Certificate = &gpuhealthv1alpha1.Certificate{Time: d.o.now, Suite: which, Attempt: rc.Attempt, Request: truncate(request, 63), Steps: append([]gpuhealthv1alpha1.StepResult(nil), rc.Steps...)}
+	d.condition(gpuhealthv1alpha1.NodeHealthCertifiedCondition, true, gpuhealthv1alpha1.ReasonCertified,
+		fmt.Sprintf("%s attempt %d passed: %s", strings.ToLower(string(which)), rc.Attempt, suiteSummary(rc.Steps)))
+}
+
+// notCertified records that the node holds no certificate, and why.
+func (d *decider) notCertified(why string) {
+	if d.p.status.Certificate != nil {
+		return
+	}
+	d.condition(gpuhealthv1alpha1.NodeHealthCertifiedCondition, false, gpuhealthv1alpha1.ReasonNotCertified, why)
+}
+
+// certificationRequest says whether a healthy node is to be certified now,
+// with the transition's reason and message and the request it answers.
+func (d *decider) certificationRequest(first bool) (reason, message, request string, ok bool) {
+	o, st := d.o, &d.p.status
+	if v := o.node.Labels[gpuhealthv1alpha1.CertifyLabel]; v != "" && (st.Certificate == nil || st.Certificate.Request != v) {
+		return gpuhealthv1alpha1.ReasonCertificationRequested, fmt.Sprintf("label %s=%s asks for certification", gpuhealthv1alpha1.CertifyLabel, v), v, true
+	}
+	if !first || !o.policy.Spec.Certification.NewNodes {
+		return "", "", "", false
+	}
+	if o.workloadsErr != nil {
+		d.p.err = o.workloadsErr
+		return "", "", "", false
+	}
+	if len(o.workloads) > 0 {
+		d.notCertified(fmt.Sprintf("the node ran %d workload pods (%s) when gpuhealth first managed it: it stays in service and its next recertification certifies it",
+			len(o.workloads), strings.Join(first3(o.workloads), ", ")))
+		return "", "", "", false
+	}
+	return gpuhealthv1alpha1.ReasonCertifying, "a new node: held out of service until its certification passes", "", true
+}
+
+func first3(s []string) []string {
+	if len(s) > 3 {
+		return append(append([]string(nil), s[:3]...), fmt.Sprintf("and %d more", len(s)-3))
+	}
+	return s
+}
+
+// startCertification moves a healthy node into Certifying with attempt 1.
+func (d *decider) startCertification(reason, message, request string) {
+	if d.dryRun() {
+		d.statusReason(gpuhealthv1alpha1.ReasonDryRun, "dry run, would certify: "+message)
+		return
+	}
+	if !d.transition(fsm.Certify, reason, message, "") {
+		return
+	}
+	d.p.status.Certification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &d.o.now, Result: gpuhealthv1alpha1.JobPending, Request: request}
+	d.attemptStarted = true
+}
+
+// certifying holds a new node out of service (tainted, not cordoned) while
+// its certification suite runs, and returns it once the suite passed. A
+// counting finding sends it down the fault workflow instead.
+func (d *decider) certifying() {
+	o, st := d.o, &d.p.status
+	if len(d.counting()) > 0 {
+		running := d.runningJobs()
+		d.healthy()
+		if d.machine.Phase() != gpuhealthv1alpha1.PhaseCertifying {
+			st.Certification = nil
+			d.p.deleteJobs = len(running) > 0
+		}
+		return
+	}
+	if d.dryRun() {
+		d.statusReason(gpuhealthv1alpha1.ReasonDryRun, "dry run: certification waits")
+		return
+	}
+	if nodepkg.UncertifiedTaintRemoved(o.node) {
+		d.closeFindings(fsm.Cancel, gpuhealthv1alpha1.ReasonUncertifiedTaintRemoved, "the uncertified taint was removed by someone else; certification is cancelled", "")
+		d.notCertified("certification was cancelled: the uncertified taint was removed")
+		return
+	}
+	d.p.node = nodeUncertified
+	if d.held("certification is paused") {
+		return
+	}
+	c := st.Certification
+	if c == nil || c.StartedAt == nil {
+		c = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &o.now, Result: gpuhealthv1alpha1.JobPending}
+		st.Certification = c
+		d.attemptStarted = true
+	}
+	if d.attemptStarted {
+		// Written down before any Job exists (see recertifying).
+		d.p.immediate = true
+		return
+	}
+	spec := o.policy.Spec.Certification
+	if c.Result == gpuhealthv1alpha1.JobFailed && c.CompletedAt != nil {
+		until := c.CompletedAt.Add(spec.Backoff.Get(defaultBackoff))
+		if o.now.Before(&metav1.Time{Time: until}) {
+			d.statusReason(gpuhealthv1alpha1.ReasonBackoff, fmt.Sprintf("certification attempt %d failed (%s); next attempt after %s", c.Attempt, c.Message, until.UTC().Format(time.RFC3339)))
+			d.wait(until.Sub(o.now.Time))
+			return
+		}
+		st.Certification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: c.Attempt + 1, StartedAt: &o.now, Result: gpuhealthv1alpha1.JobPending, Request: c.Request}
+		d.statusReason(gpuhealthv1alpha1.ReasonCertifying, fmt.Sprintf("certification attempt %d", c.Attempt+1))
+		d.p.immediate = true
+		return
+	}
+	done, passed, why := d.runSuite(job.Certification, gpuhealthv1alpha1.SuiteCertification, spec.Steps, c, gpuhealthv1alpha1.ReasonCertifying)
+	if !done {
+		return
+	}
+	c.CompletedAt = &o.now
+	if !passed {
+		c.Result, c.Message = gpuhealthv1alpha1.JobFailed, truncate(why, 1024)
+		maxAttempts := spec.MaxAttempts
+		if maxAttempts == 0 {
+			maxAttempts = defaultMaxAttempts
+		}
+		msg := fmt.Sprintf("certification attempt %d of %d failed: %s", c.Attempt, maxAttempts, why)
+		d.notCertified(msg)
+		if c.Attempt >= maxAttempts {
+			d.transition(fsm.Fail, gpuhealthv1alpha1.ReasonCertificationExhausted, msg, "")
+			return
+		}
+		d.statusReason(gpuhealthv1alpha1.ReasonCertificationFailed, msg)
+		d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonCertificationFailed, "Certify", "%s", msg)
+		d.wait(spec.Backoff.Get(defaultBackoff))
+		return
+	}
+	c.Result = gpuhealthv1alpha1.JobSucceeded
+	d.certify(gpuhealthv1alpha1.SuiteCertification, c)
+	if !d.transition(fsm.Certified, gpuhealthv1alpha1.ReasonCertified, fmt.Sprintf("certification attempt %d passed: %s", c.Attempt, suiteSummary(c.Steps)), "") {
+		return
+	}
+	st.Certification = nil
+	d.inService()
+}
+
+// certifiedCondition keeps the Certified condition in step with the
+// certificate for nodes that have one.
+func (d *decider) certifiedCondition() {
+	st := &d.p.status
+	if st.Certificate != nil && !meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthCertifiedCondition) {
+		d.condition(gpuhealthv1alpha1.NodeHealthCertifiedCondition, true, gpuhealthv1alpha1.ReasonCertified,
+			fmt.Sprintf("%s attempt %d passed at %s", strings.ToLower(string(st.Certificate.Suite)), st.Certificate.Attempt, st.Certificate.Time.UTC().Format(time.RFC3339)))
+	}
+}

@@ -1,0 +1,6 @@
+// Package suite judges the output of certification and recertification
+// steps: an exit code, the JSON report of DCGM's diagnostics (dcgmi diag -j)
+// or the text report of NVIDIA's nccl-tests. Judging is a pure function of
+// the output, the Job's result and the node's labels, so every verdict is a
+// table test.
+package suite
