@@ -186,7 +186,8 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the nodehealth controller: %w", err)
 	}
-	if err := (&computedomain.FabricReconciler{Client: mgr.GetClient(), Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&computedomain.FabricReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: clk,
+		Namespace: o.namespace, Outputs: job.LogReader{Clientset: clientset}}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the fabric controller: %w", err)
 	}
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Breaker: brk}).SetupWithManager(mgr); err != nil {

@@ -8,13 +8,16 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
@@ -45,6 +49,13 @@ type FabricReconciler struct {
 	Recorder events.EventRecorder
 	// MaxConcurrentReconciles is how many cliques reconcile in parallel. Zero means 4.
 	MaxConcurrentReconciles int
+	// Clock is the time source; tests step a fake one. Nil means the real clock.
+	Clock clock.PassiveClock
+	// Namespace is where clique certification Jobs run. Empty: a policy's
+	// cliqueCertification is not run and the taint goes with the fault.
+	Namespace string
+	// Outputs reads what a clique certification Job's index 0 printed.
+	Outputs job.OutputReader
 
 	mu       sync.Mutex
 	degraded map[string]bool
@@ -59,8 +70,12 @@ func (r *FabricReconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager)
 	if workers == 0 {
 		workers = 4
 	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("computedomain_fabric").
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToClique)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(nodeToCliques), builder.WithPredicates(nodeCliqueChanged)).
 		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, handler.EnqueueRequestsFromMapFunc(r.eventToClique), builder.WithPredicates(fabricEvent)).
 		// Exclude (spec) changes only; NodeHealth status is written often.
@@ -90,6 +105,14 @@ func cliqueRequests(cliques []string) []ctrl.Request {
 		out = append(out, ctrl.Request{NamespacedName: types.NamespacedName{Name: c}})
 	}
 	return out
+}
+
+// jobToClique maps a clique certification Job to its clique.
+func jobToClique(_ context.Context, o client.Object) []ctrl.Request {
+	if o.GetLabels()[job.KindLabel] != string(job.CliqueCertification) {
+		return nil
+	}
+	return cliqueRequests([]string{o.GetLabels()[job.CliqueLabel]})
 }
 
 func nodeToCliques(_ context.Context, o client.Object) []ctrl.Request {
@@ -178,7 +201,8 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, fmt.Errorf("listing remediation policies: %w", err)
 	}
 	var faults []string
-	eligible := map[string]bool{}
+	eligible, managed := map[string]bool{}, map[string]bool{}
+	var certSpec *gpuhealthv1alpha1.CliqueCertificationSpec
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		if n.Labels[CliqueNodeLabel] != clique {
@@ -197,6 +221,10 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 		cd := p.Spec.ComputeDomain
 		eligible[n.Name] = !p.Spec.DryRun && (cd.TaintDegradedCliques == nil || *cd.TaintDegradedCliques)
+		managed[n.Name] = true
+		if certSpec == nil && eligible[n.Name] && cd.CliqueCertification != nil {
+			certSpec = cd.CliqueCertification
+		}
 		evs := &gpuhealthv1alpha1.NodeHealthEventList{}
 		if err := r.Client.List(ctx, evs, client.MatchingFields{gpuhealthv1alpha1.EventNodeNameField: n.Name}); err != nil {
 			return ctrl.Result{}, fmt.Errorf("listing events of node %s: %w", n.Name, err)
@@ -218,6 +246,33 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	degraded := len(faults) > 0
 	r.setDegraded(clique, degraded)
 
+	var tainted []*corev1.Node
+	for i := range nodes.Items {
+		if nodes.Items[i].Annotations[nodepkg.FabricAnnotation] == clique {
+			tainted = append(tainted, &nodes.Items[i])
+		}
+	}
+	// After a fault resolves the taint stays until the clique's
+	// certification passes, when the policy asks for one.
+	hold, requeue := false, time.Duration(0)
+	if certSpec != nil && r.Namespace != "" && len(tainted) > 0 {
+		if degraded {
+			if err := r.stopCliqueCerts(ctx, clique, tainted); err != nil {
+				return ctrl.Result{}, err
+			}
+		} else {
+			healthy, err := r.healthyNodes(ctx, nodes.Items, clique, managed)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			lift, rq, err := r.certifyClique(ctx, clique, certSpec, nodes.Items, tainted, healthy)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			hold, requeue = !lift, rq
+		}
+	}
+
 	var errs []error
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -226,12 +281,12 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		var err error
 		if want {
 			logger.V(1).Info("Tainting node fabric-degraded", "Node", klog.KObj(n))
-			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, clique); changed {
+			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, clique, r.Clock.Now()); changed {
 				fabricTaintChanges.WithLabelValues(actionAdd).Inc()
 				r.Recorder.Eventf(n, nil, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonFabricDegraded, "Taint",
 					"NVLink clique %s has a fabric fault (%s); no new ComputeDomain lands here until it resolves", clique, summary(faults))
 			}
-		} else if n.Annotations[nodepkg.FabricAnnotation] == clique {
+		} else if n.Annotations[nodepkg.FabricAnnotation] == clique && !hold {
 			if changed, err = nodepkg.UntaintFabric(ctx, r.Client, n); changed {
 				fabricTaintChanges.WithLabelValues(actionRemove).Inc()
 				r.Recorder.Eventf(n, nil, corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonFabricRecovered, "Untaint",
@@ -250,7 +305,7 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		// A node changed under us; decide again from the fresh copy.
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
-	return ctrl.Result{}, err
+	return ctrl.Result{RequeueAfter: requeue}, err
 }
 
 func (r *FabricReconciler) excluded(ctx context.Context, node string) (bool, error) {

@@ -58,6 +58,12 @@ func TestIsFabricFault(t *testing.T) {
 // startFabric runs the fabric controller in a real manager until the test ends.
 func startFabric(t *testing.T, g *WithT) {
 	t.Helper()
+	startFabricWith(t, g, &FabricReconciler{})
+}
+
+// startFabricWith runs r, given its Client and Recorder, in a real manager.
+func startFabricWith(t *testing.T, g *WithT, r *FabricReconciler) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(testEnv.Config, ctrl.Options{
 		Scheme:     testScheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
@@ -65,7 +71,7 @@ func startFabric(t *testing.T, g *WithT) {
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &FabricReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpuhealth-test")}
+	r.Client, r.Recorder = mgr.GetClient(), mgr.GetEventRecorder("gpuhealth-test")
 	// The operator registers these through controllers/index, which imports
 	// this package; here the two this controller lists by.
 	g.Expect(mgr.GetFieldIndexer().IndexField(ctx, &corev1.Node{}, gpuhealthv1alpha1.NodeCliqueField, NodeCliques)).To(Succeed())

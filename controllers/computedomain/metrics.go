@@ -22,16 +22,22 @@ var (
 		Name: "gpuhealth_computedomain_fabric_taint_changes_total",
 		Help: "Number of fabric-degraded taints added to or removed from nodes, by action.",
 	}, []string{labelAction})
+
+	cliqueCertifications = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuhealth_computedomain_clique_certifications_total",
+		Help: "Number of multi-node clique certification attempts judged after a fabric fault resolved, by result (passed or failed).",
+	}, []string{labelResult})
 )
 
 const (
 	labelAction  = "action"
+	labelResult  = "result"
 	actionAdd    = "add"
 	actionRemove = "remove"
 )
 
 func init() {
-	metrics.Registry.MustRegister(viewAvailable, degradedCliques, fabricTaintChanges)
+	metrics.Registry.MustRegister(viewAvailable, degradedCliques, fabricTaintChanges, cliqueCertifications)
 }
 
 // conflictRetry is the wait after an optimistic-lock conflict on a node.

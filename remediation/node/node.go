@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -211,14 +212,20 @@ func SetGPUHealthy(ctx context.Context, c client.Client, n *corev1.Node, healthy
 // taint without it was put there by someone else and is never removed.
 const FabricAnnotation = "gpuhealth.dev/fabric-degraded"
 
+// FabricSinceAnnotation records on a Node when gpuhealth added the
+// fabric-degraded taint (RFC 3339): the start of the clique's fault
+// episode, which names its certification Jobs.
+const FabricSinceAnnotation = "gpuhealth.dev/fabric-degraded-since"
+
 // FabricTaint is the taint that keeps new ComputeDomains off a clique with
 // a fabric fault. NoSchedule: running members are not evicted by it.
 var FabricTaint = corev1.Taint{Key: gpuhealthv1alpha1.FabricDegradedTaintKey, Effect: corev1.TaintEffectNoSchedule}
 
 // TaintFabric adds FabricTaint for clique and records it in
-// FabricAnnotation. It returns whether it changed the node. A node that
-// already carries the taint without the annotation is left alone.
-func TaintFabric(ctx context.Context, c client.Client, n *corev1.Node, clique string) (bool, error) {
+// FabricAnnotation, and since in FabricSinceAnnotation. It returns whether
+// it changed the node. A node that already carries the taint without the
+// annotation is left alone.
+func TaintFabric(ctx context.Context, c client.Client, n *corev1.Node, clique string, since time.Time) (bool, error) {
 	if hasTaint(n, &FabricTaint) {
 		if v, ours := n.Annotations[FabricAnnotation]; !ours || v == clique {
 			return false, nil
@@ -232,10 +239,26 @@ func TaintFabric(ctx context.Context, c client.Client, n *corev1.Node, clique st
 		n.Annotations = map[string]string{}
 	}
 	n.Annotations[FabricAnnotation] = clique
+	n.Annotations[FabricSinceAnnotation] = since.UTC().Format(time.RFC3339)
 	if err := c.Patch(ctx, n, patch); err != nil {
 		return false, fmt.Errorf("tainting node %s fabric-degraded: %w", n.Name, err)
 	}
 	return true, nil
+}
+
+// RestampFabric moves FabricSinceAnnotation to since on a node gpuhealth
+// tainted fabric-degraded: the clique's fault came back during its
+// certification, and a new episode begins.
+func RestampFabric(ctx context.Context, c client.Client, n *corev1.Node, since time.Time) error {
+	if _, ours := n.Annotations[FabricAnnotation]; !ours {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(n.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	n.Annotations[FabricSinceAnnotation] = since.UTC().Format(time.RFC3339)
+	if err := c.Patch(ctx, n, patch); err != nil {
+		return fmt.Errorf("restamping the fabric-degraded episode of node %s: %w", n.Name, err)
+	}
+	return nil
 }
 
 // UntaintFabric removes the fabric-degraded taint gpuhealth added (per
@@ -249,6 +272,7 @@ func UntaintFabric(ctx context.Context, c client.Client, n *corev1.Node) (bool, 
 		return x.Key == FabricTaint.Key && x.Effect == FabricTaint.Effect
 	})
 	delete(n.Annotations, FabricAnnotation)
+	delete(n.Annotations, FabricSinceAnnotation)
 	if err := c.Patch(ctx, n, patch); err != nil {
 		return false, fmt.Errorf("lifting the fabric-degraded taint from node %s: %w", n.Name, err)
 	}

@@ -240,7 +240,7 @@ func TestFabricTaint(t *testing.T) {
 	created := n.Spec.Taints
 	withFabric := append(slices.Clone(created), node.FabricTaint)
 
-	changed, err := node.TaintFabric(ctx, k8sClient, n, "clique-a")
+	changed, err := node.TaintFabric(ctx, k8sClient, n, "clique-a", time.Now())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(changed).To(BeTrue())
 	live := get(g, n.Name)
@@ -248,10 +248,10 @@ func TestFabricTaint(t *testing.T) {
 	g.Expect(live.Annotations).To(HaveKeyWithValue(node.FabricAnnotation, "clique-a"))
 
 	writesNothing(g, n.Name, "a second TaintFabric", func(c client.Client) error {
-		return unchanged(node.TaintFabric(ctx, c, live, "clique-a"))
+		return unchanged(node.TaintFabric(ctx, c, live, "clique-a", time.Now()))
 	})
 
-	changed, err = node.TaintFabric(ctx, k8sClient, live, "clique-b")
+	changed, err = node.TaintFabric(ctx, k8sClient, live, "clique-b", time.Now())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(changed).To(BeTrue(), "another clique is recorded")
 	live = get(g, n.Name)
@@ -275,7 +275,7 @@ func TestFabricTaintOfSomeoneElse(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, g, corev1.NodeSpec{Taints: []corev1.Taint{node.FabricTaint}})
 	writesNothing(g, n.Name, "TaintFabric of a node another tool tainted", func(c client.Client) error {
-		return unchanged(node.TaintFabric(ctx, c, n, "clique-a"))
+		return unchanged(node.TaintFabric(ctx, c, n, "clique-a", time.Now()))
 	})
 	writesNothing(g, n.Name, "UntaintFabric of a node another tool tainted", func(c client.Client) error {
 		return unchanged(node.UntaintFabric(ctx, c, n))
@@ -317,7 +317,7 @@ var writers = []writer{
 	{
 		name: "TaintFabric", prefix: "tainting node",
 		write: func(ctx context.Context, c client.Client, n *corev1.Node) error {
-			changed, err := node.TaintFabric(ctx, c, n, "clique-a")
+			changed, err := node.TaintFabric(ctx, c, n, "clique-a", time.Now())
 			if changed && err != nil {
 				return errors.New("TaintFabric says it changed the node and failed")
 			}
@@ -327,7 +327,7 @@ var writers = []writer{
 	{
 		name: "UntaintFabric", prefix: "lifting the fabric-degraded taint from node",
 		prepare: func(ctx context.Context, g *WithT, n *corev1.Node) {
-			_, err := node.TaintFabric(ctx, k8sClient, n, "clique-a")
+			_, err := node.TaintFabric(ctx, k8sClient, n, "clique-a", time.Now())
 			g.Expect(err).NotTo(HaveOccurred())
 		},
 		write: func(ctx context.Context, c client.Client, n *corev1.Node) error {

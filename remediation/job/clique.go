@@ -1,0 +1,105 @@
+package job
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+const (
+	// CliqueLabel carries the NVLink clique a clique certification Job tests.
+	CliqueLabel = "gpuhealth.dev/clique"
+	// EpisodeLabel carries the hash of the fabric fault episode a clique
+	// certification Job belongs to.
+	EpisodeLabel = "gpuhealth.dev/episode"
+	// VerdictAnnotation holds the verdict gpuhealth reached on a finished
+	// Job ("passed" or "failed: why"), so it is judged once.
+	VerdictAnnotation = "gpuhealth.dev/verdict"
+)
+
+// Episode is the short hash naming a fabric fault episode by when it began.
+func Episode(since string) string {
+	sum := sha256.Sum256([]byte(since))
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// CliqueName is the deterministic name of a clique certification Job: the
+// clique's hash, the episode's and the attempt.
+func CliqueName(clique, since string, attempt int32) string {
+	sum := sha256.Sum256([]byte(clique))
+	return "gpuhealth-clique-" + hex.EncodeToString(sum[:])[:10] + "-" + Episode(since) + "-" + strconv.Itoa(int(attempt))
+}
+
+// BuildClique returns the Indexed Job of a clique certification: one pod per
+// node of nodes (required node affinity on their names, and required pod
+// anti-affinity on the hostname among the Job's pods), tolerating every
+// taint (the clique carries fabric-degraded), never restarted and without
+// retries of its own. Completion index 0's output is judged.
+func BuildClique(clique, since, namespace string, attempt int32, nodes []string, tmpl gpuhealthv1alpha1.JobTemplate, parser gpuhealthv1alpha1.ParserType, timeout time.Duration) *batchv1.Job {
+	name := CliqueName(clique, since, attempt)
+	ours := map[string]string{KindLabel: string(CliqueCertification), CliqueLabel: clique, EpisodeLabel: Episode(since),
+		AttemptLabel: strconv.Itoa(int(attempt)), ParserLabel: string(parser)}
+	labels := map[string]string{}
+	for k, v := range tmpl.Labels {
+		labels[k] = v
+	}
+	for k, v := range ours {
+		labels[k] = v
+	}
+	container := corev1.Container{Name: string(CliqueCertification), Image: tmpl.Image, ImagePullPolicy: tmpl.ImagePullPolicy,
+		Command: tmpl.Command, Args: tmpl.Args, Env: tmpl.Env}
+	if tmpl.Resources != nil {
+		container.Resources = *tmpl.Resources
+	}
+	if tmpl.Privileged {
+		container.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	}
+	n := int32(len(nodes))
+	// One term per node (terms are ORed): a field selector takes one value.
+	terms := make([]corev1.NodeSelectorTerm, 0, len(nodes))
+	for _, node := range nodes {
+		terms = append(terms, corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+		}}})
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: ours,
+			Annotations: map[string]string{AttemptStartedAnnotation: since}},
+		Spec: batchv1.JobSpec{
+			CompletionMode:          ptr.To(batchv1.IndexedCompletion),
+			Completions:             ptr.To(n),
+			Parallelism:             ptr.To(n),
+			BackoffLimit:            ptr.To[int32](0),
+			ActiveDeadlineSeconds:   ptr.To(int64(timeout.Seconds())),
+			TTLSecondsAfterFinished: ptr.To(int32(finishedTTL.Seconds())),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: tmpl.Annotations},
+				Spec: corev1.PodSpec{
+					RestartPolicy:      corev1.RestartPolicyNever,
+					ServiceAccountName: tmpl.ServiceAccountName,
+					PriorityClassName:  tmpl.PriorityClassName,
+					HostPID:            tmpl.HostPID,
+					Containers:         []corev1.Container{container},
+					Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Affinity: &corev1.Affinity{
+						NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+							NodeSelectorTerms: terms,
+						}},
+						PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+							LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{batchv1.JobNameLabel: name}},
+							TopologyKey:   corev1.LabelHostname,
+						}}},
+					},
+				},
+			},
+		},
+	}
+}
