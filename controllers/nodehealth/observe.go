@@ -3,6 +3,7 @@ package nodehealth
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -197,24 +198,30 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 	return o, nil
 }
 
-// readOutputs reads the output of the node's finished suite Jobs whose
-// parser needs it and whose verdict the status does not hold yet.
+// readOutputs reads the output of the current attempt's finished suite
+// Jobs whose parser needs it and whose verdict the status does not hold
+// yet: each log is read until its verdict is written, then never again.
 func (r *Reconciler) readOutputs(ctx context.Context, o *observation) map[string]jobOutput {
+	kind, rc := job.Recertification, o.nh.Status.Recertification
+	if o.nh.Status.Phase == gpuhealthv1alpha1.PhaseCertifying {
+		kind, rc = job.Certification, o.nh.Status.Certification
+	}
+	if rc == nil || rc.StartedAt == nil {
+		return nil
+	}
 	judged := map[string]bool{}
-	for _, rc := range []*gpuhealthv1alpha1.RecertificationStatus{o.nh.Status.Certification, o.nh.Status.Recertification} {
-		if rc == nil {
-			continue
-		}
-		for _, s := range rc.Steps {
-			if s.Result == gpuhealthv1alpha1.JobSucceeded || s.Result == gpuhealthv1alpha1.JobFailed {
-				judged[s.Job] = true
-			}
+	for _, s := range rc.Steps {
+		if s.Result == gpuhealthv1alpha1.JobSucceeded || s.Result == gpuhealthv1alpha1.JobFailed {
+			judged[s.Job] = true
 		}
 	}
+	started := rc.StartedAt.UTC().Format(time.RFC3339)
 	out := map[string]jobOutput{}
 	for name, j := range o.jobs {
 		parser := j.Labels[job.ParserLabel]
-		if parser == "" || parser == string(gpuhealthv1alpha1.ParserExitCode) || judged[name] {
+		if parser == "" || parser == string(gpuhealthv1alpha1.ParserExitCode) || judged[name] ||
+			j.Labels[job.KindLabel] != string(kind) || j.Labels[job.AttemptLabel] != strconv.Itoa(int(rc.Attempt)) ||
+			j.Annotations[job.AttemptStartedAnnotation] != started {
 			continue
 		}
 		if res, _ := job.Result(j); res != gpuhealthv1alpha1.JobSucceeded && res != gpuhealthv1alpha1.JobFailed {
