@@ -151,6 +151,11 @@ var cases = map[string][]alertCase{
 			series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Recertifying"} 1x200`},
 		{name: "recertifying for two hours", at: 120 * time.Minute, series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Recertifying"} 1x200`},
 	},
+	"GPUHealthCertificationStuck": {
+		{name: "certifying for 190 minutes", at: 190 * time.Minute, firing: []map[string]string{{"node": "gpu-9"}},
+			series: `gpuhealth_nodehealth_phase{node="gpu-9",phase="Certifying"} 1x200`},
+		{name: "certified after an hour", at: 190 * time.Minute, series: `gpuhealth_nodehealth_phase{node="gpu-9",phase="Certifying"} 1x60 0x140`},
+	},
 	"GPUHealthDrainBudgetExhausted": {
 		{name: "nodes wait 40 minutes", at: 40 * time.Minute, firing: []map[string]string{{"policy": "gpu"}},
 			series: `gpuhealth_policy_budget_waiting_nodes{policy="gpu"} 2x50`},
