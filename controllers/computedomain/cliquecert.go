@@ -100,7 +100,7 @@ func decideCliqueCert(c cliqueCert, namespace string) certStep {
 		case attempt >= maxAttempts:
 			return certStep{exhausted: true, message: fmt.Sprintf("attempt %d of %d %s; the fabric-degraded taint stays until a human deletes the clique's Jobs or the taint", attempt, maxAttempts, verdict)}
 		}
-		until := finishedAt(latest).Add(spec.Backoff.Get(defaultCliqueBackoff))
+		until := job.FinishedAt(latest).Add(spec.Backoff.Get(defaultCliqueBackoff))
 		if c.now.Before(until) {
 			return certStep{requeue: until.Sub(c.now), message: fmt.Sprintf("attempt %d %s; next attempt after %s", attempt, verdict, until.UTC().Format(time.RFC3339))}
 		}
@@ -124,19 +124,6 @@ func decideCliqueCert(c cliqueCert, namespace string) certStep {
 func jobAttempt(j *batchv1.Job) int32 {
 	a, _ := strconv.Atoi(j.Labels[job.AttemptLabel])
 	return int32(a)
-}
-
-// finishedAt is when a Job finished (its completion or failure condition).
-func finishedAt(j *batchv1.Job) time.Time {
-	if j.Status.CompletionTime != nil {
-		return j.Status.CompletionTime.Time
-	}
-	for _, c := range j.Status.Conditions {
-		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobFailed || c.Type == batchv1.JobComplete) {
-			return c.LastTransitionTime.Time
-		}
-	}
-	return j.CreationTimestamp.Time
 }
 
 // certifyClique runs the clique's certification for the episode of its

@@ -96,11 +96,12 @@ func stepJob(kind job.Kind, rc func(*observation) *gpuhealthv1alpha1.Recertifica
 	return func(o *observation) {
 		r := rc(o)
 		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: job.StepName(kind, step, "n", r.Attempt, r.StartedAt.Time), Namespace: o.namespace}}
+		done := metav1.NewTime(t0.Add(-10 * time.Second))
 		switch result {
 		case gpuhealthv1alpha1.JobSucceeded:
-			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done}}
 		case gpuhealthv1alpha1.JobFailed:
-			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Message: "exit 1"}}
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Message: "exit 1", LastTransitionTime: done}}
 		case gpuhealthv1alpha1.JobRunning:
 			j.Status.Active = 1
 		}
@@ -319,4 +320,26 @@ func TestCertificationBudget(t *testing.T) {
 	spec.Certification.CountAgainstBudget = true
 	g.Expect(spec.ConsumesBudget(certifying)).To(BeTrue())
 	g.Expect(spec.ConsumesBudget(healthy)).To(BeFalse())
+}
+
+// TestOutputUnreadableForLong: a step whose output cannot be read is
+// retried for a while after its Job finished, then fails with the error.
+func TestOutputUnreadableForLong(t *testing.T) {
+	g := NewWithT(t)
+	unreadable := func(finished time.Time) *observation {
+		return obs(suitePolicy, certAttempt(1), func(o *observation) {
+			stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobSucceeded, nil)(o)
+			name := job.StepName(job.Certification, "dcgm", "n", 1, t0.Add(-time.Minute))
+			o.jobs[name].Status.CompletionTime = &metav1.Time{Time: finished}
+			o.outputs = map[string]jobOutput{name: {err: errors.New("the server rejected our request for an unknown reason")}}
+		})
+	}
+	p := decide(unreadable(t0.Add(-time.Minute)))
+	g.Expect(p.err).To(HaveOccurred(), "retried")
+	g.Expect(p.status.Certification.Result).NotTo(Equal(gpuhealthv1alpha1.JobFailed))
+
+	p = decide(unreadable(t0.Add(-outputRetry - time.Second)))
+	g.Expect(p.err).NotTo(HaveOccurred())
+	g.Expect(p.status.Certification.Result).To(Equal(gpuhealthv1alpha1.JobFailed))
+	g.Expect(p.status.Certification.Steps[0].Message).To(ContainSubstring("rejected our request"))
 }

@@ -20,6 +20,10 @@ import (
 // legacyStep names the one step of recertification.job in status.
 const legacyStep = "recertify"
 
+// outputRetry is how long after its Job finished a step's output that
+// cannot be read is asked for again before the step fails for want of it.
+const outputRetry = 5 * time.Minute
+
 // jobOutput is what a finished step Job printed, as observe read it.
 type jobOutput struct {
 	text []byte
@@ -108,8 +112,10 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 				d.p.err = fmt.Errorf("nodehealth %s: the output of job %s was not read", o.nh.Name, want.Name)
 				return false, false, ""
 			}
-			if out.err != nil && !errors.Is(out.err, job.ErrNoOutput) {
-				// Worth another try: the apiserver or kubelet may answer next time.
+			if out.err != nil && !errors.Is(out.err, job.ErrNoOutput) && o.now.Sub(job.FinishedAt(live)) < outputRetry {
+				// Worth another try: the apiserver or kubelet may answer
+				// next time. Past outputRetry the step is judged without
+				// its output (and fails, saying why).
 				d.statusReason(waitingReason, fmt.Sprintf("%s: reading the output of job %s/%s: %v", progress, live.Namespace, live.Name, out.err))
 				d.p.err = out.err
 				return false, false, ""

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -87,4 +88,18 @@ func outputPod(pods []corev1.Pod) *corev1.Pod {
 
 func finished(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// FinishedAt is when a finished Job finished: its completion time, else
+// when its Complete or Failed condition turned True, else its creation.
+func FinishedAt(j *batchv1.Job) time.Time {
+	if j.Status.CompletionTime != nil {
+		return j.Status.CompletionTime.Time
+	}
+	for _, c := range j.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobFailed || c.Type == batchv1.JobComplete) {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return j.CreationTimestamp.Time
 }
