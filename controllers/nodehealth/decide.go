@@ -512,17 +512,8 @@ func (d *decider) recertifying() {
 	if d.held("recertification is paused") {
 		return
 	}
-	rc := st.Recertification
-	if rc == nil || rc.StartedAt == nil {
-		rc = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &o.now, Result: gpuhealthv1alpha1.JobPending}
-		st.Recertification = rc
-		d.attemptStarted = true
-	}
-	if d.attemptStarted {
-		// The attempt started in this pass: write it down before any Job
-		// exists. Job names carry the attempt's start, and a restart must
-		// find the same start to find the same Jobs.
-		d.p.immediate = true
+	rc, wait := d.currentAttempt(&st.Recertification)
+	if wait {
 		return
 	}
 	if d.dryRun() {
@@ -580,6 +571,21 @@ func (d *decider) recertifying() {
 		d.certify(gpuhealthv1alpha1.SuiteRecertification, rc)
 	}
 	d.closeFindings(fsm.Pass, gpuhealthv1alpha1.ReasonRecertified, fmt.Sprintf("recertification attempt %d passed (%s) and the soak window was clean", rc.Attempt, suiteSummary(rc.Steps)), "")
+}
+
+// currentAttempt is the attempt *slot holds, starting attempt 1 when it
+// holds none. wait says the attempt started in this pass: it is written
+// down before any Job exists (Job names carry the attempt's start, and a
+// restart must find the same start to find the same Jobs).
+func (d *decider) currentAttempt(slot **gpuhealthv1alpha1.RecertificationStatus) (rc *gpuhealthv1alpha1.RecertificationStatus, wait bool) {
+	if *slot == nil || (*slot).StartedAt == nil {
+		*slot = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &d.o.now, Result: gpuhealthv1alpha1.JobPending}
+		d.attemptStarted = true
+	}
+	if d.attemptStarted {
+		d.p.immediate = true
+	}
+	return *slot, d.attemptStarted
 }
 
 // remediationStep picks the reset or reboot step the action asks for, when

@@ -245,15 +245,8 @@ func (d *decider) certifying() {
 	if d.held("certification is paused") {
 		return
 	}
-	c := st.Certification
-	if c == nil || c.StartedAt == nil {
-		c = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &o.now, Result: gpuhealthv1alpha1.JobPending}
-		st.Certification = c
-		d.attemptStarted = true
-	}
-	if d.attemptStarted {
-		// Written down before any Job exists (see recertifying).
-		d.p.immediate = true
+	c, wait := d.currentAttempt(&st.Certification)
+	if wait {
 		return
 	}
 	spec := o.policy.Spec.Certification

@@ -47,59 +47,16 @@ func BuildClique(clique, since, namespace string, attempt int32, nodes []string,
 	name := CliqueName(clique, since, attempt)
 	ours := map[string]string{KindLabel: string(CliqueCertification), CliqueLabel: clique, EpisodeLabel: Episode(since),
 		AttemptLabel: strconv.Itoa(int(attempt)), ParserLabel: string(parser)}
-	labels := map[string]string{}
-	for k, v := range tmpl.Labels {
-		labels[k] = v
+	affinity := &corev1.Affinity{
+		NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: onNodes(nodes...)}},
+		PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{batchv1.JobNameLabel: name}},
+			TopologyKey:   corev1.LabelHostname,
+		}}},
 	}
-	for k, v := range ours {
-		labels[k] = v
-	}
-	container := corev1.Container{Name: string(CliqueCertification), Image: tmpl.Image, ImagePullPolicy: tmpl.ImagePullPolicy,
-		Command: tmpl.Command, Args: tmpl.Args, Env: tmpl.Env}
-	if tmpl.Resources != nil {
-		container.Resources = *tmpl.Resources
-	}
-	if tmpl.Privileged {
-		container.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
-	}
+	j := build(name, namespace, CliqueCertification, ours, since, tmpl, affinity, timeout)
 	n := int32(len(nodes))
-	// One term per node (terms are ORed): a field selector takes one value.
-	terms := make([]corev1.NodeSelectorTerm, 0, len(nodes))
-	for _, node := range nodes {
-		terms = append(terms, corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
-			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
-		}}})
-	}
-	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: ours,
-			Annotations: map[string]string{AttemptStartedAnnotation: since}},
-		Spec: batchv1.JobSpec{
-			CompletionMode:          ptr.To(batchv1.IndexedCompletion),
-			Completions:             ptr.To(n),
-			Parallelism:             ptr.To(n),
-			BackoffLimit:            ptr.To[int32](0),
-			ActiveDeadlineSeconds:   ptr.To(int64(timeout.Seconds())),
-			TTLSecondsAfterFinished: ptr.To(int32(finishedTTL.Seconds())),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: tmpl.Annotations},
-				Spec: corev1.PodSpec{
-					RestartPolicy:      corev1.RestartPolicyNever,
-					ServiceAccountName: tmpl.ServiceAccountName,
-					PriorityClassName:  tmpl.PriorityClassName,
-					HostPID:            tmpl.HostPID,
-					Containers:         []corev1.Container{container},
-					Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-					Affinity: &corev1.Affinity{
-						NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-							NodeSelectorTerms: terms,
-						}},
-						PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-							LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{batchv1.JobNameLabel: name}},
-							TopologyKey:   corev1.LabelHostname,
-						}}},
-					},
-				},
-			},
-		},
-	}
+	j.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+	j.Spec.Completions, j.Spec.Parallelism = ptr.To(n), ptr.To(n)
+	return j
 }

@@ -86,11 +86,34 @@ func Name(kind Kind, node string, attempt int32, started time.Time) string {
 // is cordoned and tainted by us, and perhaps by a human), never restarts, and
 // the Job has no retries of its own: gpuhealth counts attempts.
 func Build(kind Kind, node, namespace string, attempt int32, started time.Time, tmpl gpuhealthv1alpha1.JobTemplate, timeout time.Duration) *batchv1.Job {
+	ours := map[string]string{NodeLabel: node, KindLabel: string(kind), AttemptLabel: strconv.Itoa(int(attempt))}
+	affinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: onNodes(node)},
+	}}
+	return build(Name(kind, node, attempt, started), namespace, kind, ours, started.UTC().Format(time.RFC3339), tmpl, affinity, timeout)
+}
+
+// onNodes is one node-affinity term per node (terms are ORed; a field
+// selector takes one value).
+func onNodes(nodes ...string) []corev1.NodeSelectorTerm {
+	terms := make([]corev1.NodeSelectorTerm, 0, len(nodes))
+	for _, n := range nodes {
+		terms = append(terms, corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{n},
+		}}})
+	}
+	return terms
+}
+
+// build is the Job every kind shares: our labels on the Job and its pod
+// (over the template's), one container named for the kind, every taint
+// tolerated, no restart and no retry of its own, the deadline and a day's
+// TTL for the logs.
+func build(name, namespace string, kind Kind, ours map[string]string, started string, tmpl gpuhealthv1alpha1.JobTemplate, affinity *corev1.Affinity, timeout time.Duration) *batchv1.Job {
 	labels := map[string]string{}
 	for k, v := range tmpl.Labels {
 		labels[k] = v
 	}
-	ours := map[string]string{NodeLabel: node, KindLabel: string(kind), AttemptLabel: strconv.Itoa(int(attempt))}
 	for k, v := range ours {
 		labels[k] = v
 	}
@@ -110,8 +133,8 @@ func Build(kind Kind, node, namespace string, attempt int32, started time.Time, 
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: Name(kind, node, attempt, started), Namespace: namespace, Labels: ours,
-			Annotations: map[string]string{AttemptStartedAnnotation: started.UTC().Format(time.RFC3339)},
+			Name: name, Namespace: namespace, Labels: ours,
+			Annotations: map[string]string{AttemptStartedAnnotation: started},
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:            ptr.To[int32](0),
@@ -126,13 +149,7 @@ func Build(kind Kind, node, namespace string, attempt int32, started time.Time, 
 					HostPID:            tmpl.HostPID,
 					Containers:         []corev1.Container{container},
 					Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-							NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
-								Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
-							}}}},
-						},
-					}},
+					Affinity:           affinity,
 				},
 			},
 		},
