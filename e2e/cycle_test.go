@@ -103,14 +103,16 @@ func TestNVLinkCRCBurst(t *testing.T) {
 // Failed and cordoned after maxAttempts (2); a manual release returns it.
 func TestRecertificationFailsTwice(t *testing.T) {
 	g := NewWithT(t)
-	patchPolicy(t, `{"spec":{"recertification":{"job":{"labels":{"gpuhealth.dev/e2e-fail":"true"}}}}}`)
-	defer patchPolicy(t, `{"spec":{"recertification":{"job":{"labels":null}}}}`)
+	failing := `{"spec":{"recertification":{"steps":[{"name":"recertify","job":{"image":"registry.invalid/recertify:kwok","labels":{"gpuhealth.dev/e2e-fail":"true"}},"timeout":"2m","parser":{"type":"exit-code"}}]}}}`
+	passing := `{"spec":{"recertification":{"steps":` + kwokStep + `}}}`
+	patchPolicy(t, failing)
+	defer patchPolicy(t, passing)
 	injectXID(t, "gpu-node-2", 0, 79)
 	g.Eventually(phase("gpu-node-2")).Should(Equal(gpuhealthv1alpha1.PhaseFailed))
 	g.Expect(jobs(g, "gpu-node-2", job.Recertification)).To(HaveLen(2), "one Job per attempt")
 	g.Consistently(func(g Gomega) bool { return quarantined(g, "gpu-node-2") }, 2*time.Second).Should(BeTrue(), "Failed stays cordoned")
 
-	patchPolicy(t, `{"spec":{"recertification":{"job":{"labels":null}}}}`)
+	patchPolicy(t, passing)
 	kubectl(t, "patch", "nodehealth", "gpu-node-2", "--type", "merge", "-p",
 		`{"spec":{"request":{"action":"Release","id":"e2e-release-1","reason":"GPU swapped by the e2e suite","requestedBy":"e2e"}}}`)
 	g.Eventually(phase("gpu-node-2")).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))

@@ -22,13 +22,21 @@ var env *framework.Env
 // takes seconds: the sample's soak window, backoff and timeouts are meant for
 // real machines. The circuit breaker is off: the suite quarantines nodes far
 // more often than any real cluster should (its envtest suite covers it).
+// kwok runs no container, so nothing prints a report: the suites are
+// exit-code steps (kwok's stages finish Job pods, failing those labelled
+// gpuhealth.dev/e2e-fail), and new nodes are certified only where a case
+// says so; the real-node tier runs the parsers on real output.
 // Everything else is the sample as shipped.
 const e2ePolicy = `{"spec":{
-  "recertification":{"soakWindow":"3s","backoff":"2s","timeout":"2m","maxAttempts":2},
+  "certification":{"newNodes":false,"backoff":"2s","steps":` + kwokStep + `},
+  "recertification":{"soakWindow":"3s","backoff":"2s","maxAttempts":2,"steps":` + kwokStep + `},
   "remediation":{"rebootNode":{"timeout":"2m"},"resetGPU":{"timeout":"2m"}},
   "circuitBreaker":{"enabled":false},
   "drain":{"timeout":"5m"}
 }}`
+
+// kwokStep is a one-step suite judged by its exit code.
+const kwokStep = `[{"name":"recertify","job":{"image":"registry.invalid/recertify:kwok"},"timeout":"2m","parser":{"type":"exit-code"}}]`
 
 // eventRetention is the operator's --event-retention in this suite.
 const eventRetention = 20 * time.Second

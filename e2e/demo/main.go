@@ -34,9 +34,14 @@ const (
 	faultyNode  = "gpu-node-1"
 )
 
-// demoPolicy shortens the default policy's waits so the story takes seconds.
+// demoPolicy shortens the default policy's waits so the story takes
+// seconds. kwok runs no container, so nothing prints the DCGM and NCCL
+// reports the shipped suite judges: here the suite is one step judged by
+// its exit code (kwok finishes the Job's pod), and new nodes are not
+// certified.
 const demoPolicy = `{"spec":{
-  "recertification":{"soakWindow":"5s","backoff":"5s","timeout":"5m"},
+  "certification":{"newNodes":false},
+  "recertification":{"soakWindow":"5s","backoff":"5s","steps":[{"name":"recertify","job":{"image":"registry.invalid/recertify:kwok"},"timeout":"5m","parser":{"type":"exit-code"}}]},
   "circuitBreaker":{"threshold":"100%"},
   "drain":{"timeout":"5m"}
 }}`

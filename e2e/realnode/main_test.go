@@ -283,14 +283,29 @@ policy:
       rebootNode:
         job: {image: %[8]s, command: [/testjob, --sleep=2s, reboot-node], privileged: false, hostPID: false}
         timeout: 2m
+    # The suite prints what dcgmi diag -j and all_reduce_perf print, judged
+    # by their parsers from the pods' logs; certification of new nodes
+    # only on request (the fake nodes print nothing).
+    certification:
+      newNodes: false
+      backoff: 2s
+      steps: %[9]s
     recertification:
-      job: {image: %[8]s, command: [/testjob, --sleep=2s, recertify], resources: null}
-      timeout: 2m
+      steps: %[9]s
       soakWindow: 3s
       backoff: 2s
       maxAttempts: 2
     circuitBreaker: {enabled: false}
-`, e.ImageTag, e.Node, e.Spool, e.FakeGPU, lib, fakenvml.ScenarioEnv, framework.Namespace, testJobImage)
+`, e.ImageTag, e.Node, e.Spool, e.FakeGPU, lib, fakenvml.ScenarioEnv, framework.Namespace, testJobImage, realSuite(400))
+}
+
+// realSuite is the real node's suite as JSON (YAML flow style): a DCGM
+// level 2 diagnostic and a single-node all-reduce whose report reaches
+// busbw GB/s at 4 GiB, against a 100 GB/s threshold for any product.
+func realSuite(busbw float64) string {
+	return fmt.Sprintf(`[{"name":"dcgm-diag","job":{"image":%[1]q,"command":["/testjob","--report=dcgm-diag","--sleep=1s"]},"timeout":"2m","parser":{"type":"dcgm-diag"}},`+
+		`{"name":"nccl-allreduce","job":{"image":%[1]q,"command":["/testjob","--report=nccl-tests"],"env":[{"name":"TESTJOB_BUSBW","value":"%[2]g"}]},"timeout":"2m",`+
+		`"parser":{"type":"nccl-tests","nccl":{"defaultMinBusBandwidthGBps":100}}}]`, testJobImage, busbw)
 }
 
 // injectXID makes GPU device of the real node raise XID code after delay.
