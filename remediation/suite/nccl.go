@@ -86,6 +86,12 @@ func ParseNCCLTests(out []byte) (*NCCLReport, error) {
 	if len(r.Rows) == 0 {
 		return nil, errors.New("not an nccl-tests report: no result row (size count type … busbw)")
 	}
+	if r.OutOfBounds < 0 {
+		// Every nccl-tests version ends its table with it: without it the
+		// report was cut short (or its output limit reached) and its
+		// results were never checked.
+		return nil, errors.New("a cut-short nccl-tests report: no \"# Out of bounds values\" line after the rows")
+	}
 	r.Wrong = max(r.Wrong, r.OutOfBounds)
 	return r, nil
 }
@@ -174,15 +180,19 @@ func isHalf(f []string) bool {
 	return f[3] == "N/A" || isNumber(f[3])
 }
 
-// wrongOf reads a #wrong field: a count, or N/A (-1). Older reports print
-// the largest error instead (2e-07); the out-of-bounds footer judges those,
-// so it counts as 0 here.
+// wrongOf reads a #wrong field: a count (printed with %g, so a large one
+// reads 1.04858e+06), or N/A (-1). Older reports print the largest error
+// instead (2e-07, below 1); the out-of-bounds footer judges those, so a
+// value below 1 counts as 0.
 func wrongOf(s string) int64 {
 	if s == "N/A" {
 		return -1
 	}
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		return max(n, 0)
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 1 && f < 1e18 {
+		return int64(f)
 	}
 	return 0
 }

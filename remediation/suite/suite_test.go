@@ -71,6 +71,14 @@ func TestParseNCCLTestsRealReports(t *testing.T) {
 	}
 }
 
+// A large #wrong count is printed with %g: it still counts, footer or not.
+func TestParseNCCLTestsWrongInExponentForm(t *testing.T) {
+	g := NewWithT(t)
+	r, err := ParseNCCLTests([]byte("   134217728      33554432     float     sum      -1   5871.07   22.86   22.86  1.04858e+06   5867.43   22.88   22.88       0\n# Out of bounds values : 0 OK\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(r.Wrong).To(Equal(int64(1048580)))
+}
+
 func TestParseNCCLTestsAbortedRun(t *testing.T) {
 	_, err := ParseNCCLTests(fixture(t, "nccl", "gh200_2node_v2.17.8_device_busy_abort_issue369.txt"))
 	NewWithT(t).Expect(err).To(MatchError(ContainSubstring("no result row")))
@@ -82,6 +90,7 @@ func TestParseNCCLTestsRejects(t *testing.T) {
 		"header only":      "# nThread 1 nGpus 8 minBytes 8 maxBytes 4294967296\n#\n",
 		"bad footer count": "           8             2     float     sum      -1    36.81    0.00    0.00      0    35.83    0.00    0.00      0\n# Out of bounds values : x OK\n",
 		"bad average":      "           8             2     float     sum      -1    36.81    0.00    0.00      0    35.83    0.00    0.00      0\n# Avg bus bandwidth    : NaN\n",
+		"cut short":        "           8             2     float     sum      -1    36.81    0.00    0.00      0    35.83    0.00    0.00      0\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := ParseNCCLTests([]byte(in))
