@@ -35,6 +35,9 @@ const (
 	// cliqueRecheck bounds the wait for a clique Job; its updates enqueue
 	// the clique sooner.
 	cliqueRecheck = time.Minute
+	// outputRetry is how long after its Job finished an unreadable output
+	// is asked for again before the attempt fails for want of it.
+	outputRetry = 5 * time.Minute
 )
 
 // verdictPassed is VerdictAnnotation's value on a Job that passed.
@@ -148,6 +151,9 @@ func (r *FabricReconciler) certifyClique(ctx context.Context, clique string, spe
 		return true, 0, nil
 	case step.judge != nil:
 		passed, why, err := r.judgeClique(ctx, spec, step.judge, nodes)
+		if apierrors.IsConflict(err) {
+			return false, time.Second, nil // judged already, or changed: read it again
+		}
 		if err != nil {
 			return false, 0, err
 		}
@@ -195,7 +201,10 @@ func (r *FabricReconciler) judgeClique(ctx context.Context, spec *gpuhealthv1alp
 	if parser.Type != gpuhealthv1alpha1.ParserExitCode {
 		if r.Outputs == nil {
 			outErr = fmt.Errorf("the operator reads no job output: %w", job.ErrNoOutput)
-		} else if text, outErr = r.Outputs.Output(ctx, j.Namespace, j.Name); outErr != nil && !errors.Is(outErr, job.ErrNoOutput) {
+		} else if text, outErr = r.Outputs.Output(ctx, j.Namespace, j.Name); outErr != nil && !errors.Is(outErr, job.ErrNoOutput) &&
+			r.Clock.Since(job.FinishedAt(j)) < outputRetry {
+			// Asked again on the next pass; past outputRetry the attempt
+			// fails for want of its output.
 			return false, "", outErr
 		}
 	}
@@ -218,12 +227,14 @@ func (r *FabricReconciler) judgeClique(ctx context.Context, spec *gpuhealthv1alp
 	if !v.Passed {
 		verdict = "failed: " + why
 	}
-	patch := client.MergeFrom(j.DeepCopy())
+	// The optimistic lock makes a cache that does not show the verdict yet
+	// meet a conflict instead of judging (and announcing) the Job twice.
+	patch := client.MergeFromWithOptions(j.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	if j.Annotations == nil {
 		j.Annotations = map[string]string{}
 	}
 	j.Annotations[job.VerdictAnnotation] = truncate(verdict, 1024)
-	if err := r.Client.Patch(ctx, j, patch); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Client.Patch(ctx, j, patch); err != nil {
 		return false, "", fmt.Errorf("recording the verdict on job %s/%s: %w", j.Namespace, j.Name, err)
 	}
 	return v.Passed, why, nil
@@ -246,35 +257,34 @@ func jobNodes(j *batchv1.Job) []string {
 	return out
 }
 
-// stopCliqueCerts deletes the clique's unfinished certification Jobs when
-// its fault is back, and starts a new episode on its tainted nodes so the
-// next certification starts from attempt 1 under new names.
-func (r *FabricReconciler) stopCliqueCerts(ctx context.Context, clique string, tainted []*corev1.Node) error {
+// stopCliqueCerts deletes the clique's unfinished certification Jobs: its
+// fault is back, or no policy asks for the test any more. With a fault
+// back (now set) and any Job of the episode there, it starts a new episode
+// on the tainted nodes, so the next certification starts from attempt 1
+// under new names.
+func (r *FabricReconciler) stopCliqueCerts(ctx context.Context, clique string, tainted []*corev1.Node, now *time.Time) error {
 	list := &batchv1.JobList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(r.Namespace), client.MatchingLabels{
 		job.KindLabel: string(job.CliqueCertification), job.CliqueLabel: clique}); err != nil {
 		return fmt.Errorf("listing certification jobs of clique %s: %w", clique, err)
 	}
-	stopped := false
+	episode := job.Episode(episodeOf(tainted))
+	inEpisode := false
 	for i := range list.Items {
 		j := &list.Items[i]
+		inEpisode = inEpisode || j.Labels[job.EpisodeLabel] == episode
 		if res, _ := job.Result(j); res == gpuhealthv1alpha1.JobSucceeded || res == gpuhealthv1alpha1.JobFailed || j.DeletionTimestamp != nil {
-			continue
-		}
-		if j.Labels[job.EpisodeLabel] != job.Episode(episodeOf(tainted)) {
 			continue
 		}
 		if err := r.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting certification job %s/%s: %w", j.Namespace, j.Name, err)
 		}
-		stopped = true
 	}
-	if !stopped {
+	if now == nil || !inEpisode {
 		return nil
 	}
-	now := r.Clock.Now()
 	for _, n := range tainted {
-		if err := nodepkg.RestampFabric(ctx, r.Client, n, now); err != nil {
+		if err := nodepkg.RestampFabric(ctx, r.Client, n, *now); err != nil {
 			return err
 		}
 	}

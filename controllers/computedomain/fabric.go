@@ -255,22 +255,28 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	// After a fault resolves the taint stays until the clique's
 	// certification passes, when the policy asks for one.
 	hold, requeue := false, time.Duration(0)
-	if certSpec != nil && r.Namespace != "" && len(tainted) > 0 {
-		if degraded {
-			if err := r.stopCliqueCerts(ctx, clique, tainted); err != nil {
-				return ctrl.Result{}, err
-			}
-		} else {
-			healthy, err := r.healthyNodes(ctx, nodes.Items, clique, managed)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-			lift, rq, err := r.certifyClique(ctx, clique, certSpec, nodes.Items, tainted, healthy)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-			hold, requeue = !lift, rq
+	now := r.Clock.Now()
+	switch {
+	case r.Namespace == "" || len(tainted) == 0:
+	case certSpec == nil:
+		// No policy asks for the test (any more): none may hold GPUs.
+		if err := r.stopCliqueCerts(ctx, clique, tainted, nil); err != nil {
+			return ctrl.Result{}, err
 		}
+	case degraded:
+		if err := r.stopCliqueCerts(ctx, clique, tainted, &now); err != nil {
+			return ctrl.Result{}, err
+		}
+	default:
+		healthy, err := r.healthyNodes(ctx, nodes.Items, clique, managed)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		lift, rq, err := r.certifyClique(ctx, clique, certSpec, nodes.Items, tainted, healthy)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		hold, requeue = !lift, rq
 	}
 
 	var errs []error
@@ -281,7 +287,7 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		var err error
 		if want {
 			logger.V(1).Info("Tainting node fabric-degraded", "Node", klog.KObj(n))
-			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, clique, r.Clock.Now()); changed {
+			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, clique, now); changed {
 				fabricTaintChanges.WithLabelValues(actionAdd).Inc()
 				r.Recorder.Eventf(n, nil, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonFabricDegraded, "Taint",
 					"NVLink clique %s has a fabric fault (%s); no new ComputeDomain lands here until it resolves", clique, summary(faults))
