@@ -438,6 +438,13 @@ type NodeHealthStatus struct {
 	// +optional
 	Certificate *Certificate `json:"certificate,omitempty"`
 
+	// certifyRequest is the last gpuhealth.dev/certify label value the
+	// operator acted on: it started a certification for it (whatever became
+	// of that), so the value is not acted on again.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	CertifyRequest string `json:"certifyRequest,omitempty"`
+
 	// computeDomain is the node's ComputeDomain membership, when it has one.
 	// A node that left its domain while out of service keeps the entry
 	// (membership Left), so it still counts against the domain's budget

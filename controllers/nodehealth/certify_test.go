@@ -78,7 +78,13 @@ func stepDone(rc func(*observation) *gpuhealthv1alpha1.RecertificationStatus, na
 	return func(o *observation) {
 		at := metav1.NewTime(t0.Add(-30 * time.Second))
 		for _, n := range names {
-			rc(o).Steps = append(rc(o).Steps, gpuhealthv1alpha1.StepResult{Name: n, Result: gpuhealthv1alpha1.JobSucceeded, CompletedAt: &at})
+			parser := gpuhealthv1alpha1.ParserExitCode
+			for _, s := range o.policy.Spec.Certification.Steps {
+				if s.Name == n {
+					parser = s.Parser.Type
+				}
+			}
+			rc(o).Steps = append(rc(o).Steps, gpuhealthv1alpha1.StepResult{Name: n, Parser: parser, Result: gpuhealthv1alpha1.JobSucceeded, CompletedAt: &at})
 		}
 	}
 }
@@ -148,6 +154,48 @@ func TestDecideCertification(t *testing.T) {
 			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{certifying}))
 			g.Expect(p.status.History[len(p.status.History)-1].Reason).To(Equal(gpuhealthv1alpha1.ReasonCertificationRequested))
 			g.Expect(p.status.Certification.Request).To(Equal("t-7"))
+			g.Expect(p.status.CertifyRequest).To(Equal("t-7"), "acted on once")
+		}},
+		{"a certify label acted on before (then cancelled): not again", obs(suitePolicy, func(o *observation) {
+			o.node.Labels[gpuhealthv1alpha1.CertifyLabel] = "t-7"
+			o.nh.Status.CertifyRequest = "t-7"
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.transitions).To(BeEmpty())
+		}},
+		{"a label-requested certification released: Healthy, and it does not start again", obs(suitePolicy, certAttempt(1), asks(gpuhealthv1alpha1.RequestRelease), func(o *observation) {
+			o.node.Labels[gpuhealthv1alpha1.CertifyLabel] = "t-7"
+			o.nh.Status.CertifyRequest = "t-7"
+		}), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy}))
+			g.Expect(p.err).NotTo(HaveOccurred())
+		}},
+		{"a label-requested certification's taint removed: cancelled once", obs(suitePolicy, certAttempt(1), func(o *observation) {
+			o.node.Labels[gpuhealthv1alpha1.CertifyLabel] = "t-7"
+			o.nh.Status.CertifyRequest = "t-7"
+			o.node.Spec.Taints = nil
+		}), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy}))
+			g.Expect(p.err).NotTo(HaveOccurred())
+		}},
+		{"certifying: a step inserted before the passed ones: the attempt starts again", obs(suitePolicy, certAttempt(1), func(o *observation) {
+			at := metav1.NewTime(t0.Add(-30 * time.Second))
+			o.nh.Status.Certification.Steps = []gpuhealthv1alpha1.StepResult{{Name: "nccl", Parser: gpuhealthv1alpha1.ParserNCCLTests, Result: gpuhealthv1alpha1.JobSucceeded, CompletedAt: &at}}
+		}), func(g *WithT, p *plan) {
+			c := p.status.Certification
+			g.Expect(c.Steps).To(BeEmpty())
+			g.Expect(c.StartedAt.Time).To(Equal(t0), "new Job names")
+			g.Expect(c.Attempt).To(Equal(int32(1)))
+			g.Expect(p.createJobs).To(BeEmpty())
+			g.Expect(p.immediate).To(BeTrue())
+			g.Expect(p.status.Message).To(ContainSubstring("step 1 is dcgm (dcgm-diag) now, the attempt ran nccl (nccl-tests)"))
+		}},
+		{"certifying: a running step's parser changed: the attempt starts again, its Job goes", obs(suitePolicy, certAttempt(1), func(o *observation) {
+			o.nh.Status.Certification.Steps = []gpuhealthv1alpha1.StepResult{{Name: "dcgm", Parser: gpuhealthv1alpha1.ParserExitCode, Result: gpuhealthv1alpha1.JobRunning,
+				Job: job.StepName(job.Certification, "dcgm", "n", 1, t0.Add(-time.Minute))}}
+			stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobRunning, nil)(o)
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Certification.Steps).To(BeEmpty())
+			g.Expect(p.deleteJobs).To(BeTrue())
 		}},
 		{"a certify label already answered: nothing", obs(suitePolicy, func(o *observation) {
 			o.node.Labels[gpuhealthv1alpha1.CertifyLabel] = "t-7"

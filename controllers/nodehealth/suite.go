@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,6 +73,18 @@ func parserOf(s gpuhealthv1alpha1.SuiteStep) gpuhealthv1alpha1.ParserType {
 // again: a restarted operator resumes at the first step without one.
 func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps []gpuhealthv1alpha1.SuiteStep, rc *gpuhealthv1alpha1.RecertificationStatus, waitingReason string) (done, passed bool, why string) {
 	o := d.o
+	if why := suiteChanged(steps, rc, o.jobs); why != "" {
+		// The policy's suite changed under this attempt: its verdicts are
+		// of another suite. The attempt starts again (under new Job names),
+		// and the old suite's unfinished Jobs go.
+		d.nodeEvent(corev1.EventTypeNormal, waitingReason, string(which), "%s attempt %d starts again: %s", which, rc.Attempt, why)
+		*rc = gpuhealthv1alpha1.RecertificationStatus{Attempt: rc.Attempt, StartedAt: &o.now, Result: gpuhealthv1alpha1.JobPending, Request: rc.Request,
+			RemediationJob: rc.RemediationJob, RemediationStartedAt: rc.RemediationStartedAt, BootID: rc.BootID}
+		d.statusReason(waitingReason, fmt.Sprintf("attempt %d starts again: %s", rc.Attempt, why))
+		d.p.deleteJobs = len(d.runningJobs()) > 0
+		d.p.immediate = true
+		return false, false, ""
+	}
 	for i, step := range steps {
 		if i >= len(rc.Steps) {
 			rc.Steps = append(rc.Steps, gpuhealthv1alpha1.StepResult{Name: stepName(step), Parser: parserOf(step), Result: gpuhealthv1alpha1.JobPending})
@@ -109,8 +122,7 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 		if parserOf(step) != gpuhealthv1alpha1.ParserExitCode {
 			out, ok := o.outputs[want.Name]
 			if !ok {
-				d.p.err = fmt.Errorf("nodehealth %s: the output of job %s was not read", o.nh.Name, want.Name)
-				return false, false, ""
+				out = jobOutput{err: fmt.Errorf("the output of job %s/%s was not read", live.Namespace, live.Name)}
 			}
 			if out.err != nil && !errors.Is(out.err, job.ErrNoOutput) && o.now.Sub(job.FinishedAt(live)) < outputRetry {
 				// Worth another try: the apiserver or kubelet may answer
@@ -141,6 +153,25 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 		}
 	}
 	return true, true, ""
+}
+
+// suiteChanged says how the policy's suite differs from the one an attempt
+// runs, empty when it does not: the steps recorded so far must be the
+// suite's first steps by name and parser, and a step's live Job must carry
+// the parser its step has now.
+func suiteChanged(steps []gpuhealthv1alpha1.SuiteStep, rc *gpuhealthv1alpha1.RecertificationStatus, jobs map[string]*batchv1.Job) string {
+	if len(rc.Steps) > len(steps) {
+		return fmt.Sprintf("the suite has %d steps now, the attempt ran %d", len(steps), len(rc.Steps))
+	}
+	for i, sr := range rc.Steps {
+		if sr.Name != stepName(steps[i]) || sr.Parser != parserOf(steps[i]) {
+			return fmt.Sprintf("step %d is %s (%s) now, the attempt ran %s (%s)", i+1, stepName(steps[i]), parserOf(steps[i]), sr.Name, sr.Parser)
+		}
+		if j := jobs[sr.Job]; j != nil && j.Labels[job.ParserLabel] != "" && j.Labels[job.ParserLabel] != string(sr.Parser) {
+			return fmt.Sprintf("step %s's job %s was made for parser %s", sr.Name, sr.Job, j.Labels[job.ParserLabel])
+		}
+	}
+	return ""
 }
 
 // suiteSummary is one line of the steps' verdicts.
@@ -180,7 +211,7 @@ func (d *decider) notCertified(why string) {
 // with the transition's reason and message and the request it answers.
 func (d *decider) certificationRequest(first bool) (reason, message, request string, ok bool) {
 	o, st := d.o, &d.p.status
-	if v := o.node.Labels[gpuhealthv1alpha1.CertifyLabel]; v != "" && (st.Certificate == nil || st.Certificate.Request != v) {
+	if v := o.node.Labels[gpuhealthv1alpha1.CertifyLabel]; v != "" && v != st.CertifyRequest && (st.Certificate == nil || st.Certificate.Request != v) {
 		return gpuhealthv1alpha1.ReasonCertificationRequested, fmt.Sprintf("label %s=%s asks for certification", gpuhealthv1alpha1.CertifyLabel, v), v, true
 	}
 	if !first || !o.policy.Spec.Certification.NewNodes {
@@ -215,6 +246,11 @@ func (d *decider) startCertification(reason, message, request string) {
 		return
 	}
 	d.p.status.Certification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &d.o.now, Result: gpuhealthv1alpha1.JobPending, Request: request}
+	if request != "" {
+		// Acted on once, whatever becomes of it: a cancelled or released
+		// certification is not started again for the same value.
+		d.p.status.CertifyRequest = request
+	}
 	d.attemptStarted = true
 }
 
@@ -285,6 +321,7 @@ func (d *decider) certifying() {
 		return
 	}
 	c.Result = gpuhealthv1alpha1.JobSucceeded
+	d.p.deleteJobs = len(d.runningJobs()) > 0
 	d.certify(gpuhealthv1alpha1.SuiteCertification, c)
 	if !d.transition(fsm.Certified, gpuhealthv1alpha1.ReasonCertified, fmt.Sprintf("certification attempt %d passed: %s", c.Attempt, suiteSummary(c.Steps)), "") {
 		return
