@@ -51,6 +51,11 @@ func create(g *WithT, kind job.Kind, node, ns string, attempt int32, s state) *b
 
 func setState(g *WithT, j *batchv1.Job, s state) {
 	start := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	if j.Status.StartTime != nil {
+		// The apiserver keeps a running Job's start time: a second call a
+		// second later must not move it.
+		start = *j.Status.StartTime
+	}
 	end := metav1.NewTime(start.Add(30 * time.Second))
 	cond := func(t batchv1.JobConditionType) batchv1.JobCondition {
 		return batchv1.JobCondition{Type: t, Status: corev1.ConditionTrue, Reason: "Test", LastTransitionTime: end, LastProbeTime: end}
