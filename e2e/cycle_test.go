@@ -116,7 +116,8 @@ func TestRecertificationFailsTwice(t *testing.T) {
 	kubectl(t, "patch", "nodehealth", "gpu-node-2", "--type", "merge", "-p",
 		`{"spec":{"request":{"action":"Release","id":"e2e-release-1","reason":"GPU swapped by the e2e suite","requestedBy":"e2e"}}}`)
 	g.Eventually(phase("gpu-node-2")).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
-	g.Expect(quarantined(g, "gpu-node-2")).To(BeFalse())
+	// The uncordon follows the status write that says Healthy.
+	g.Eventually(func(g Gomega) bool { return quarantined(g, "gpu-node-2") }).Should(BeFalse())
 }
 
 // TestOperatorKilledMidDrain: the operator is SIGKILLed while a PDB blocks
