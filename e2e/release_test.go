@@ -156,11 +156,7 @@ func TestImagesRun(t *testing.T) {
 		g.Eventually(func() bool { ok, _ := framework.Ready(health); return ok }, time.Minute).Should(BeTrue(),
 			"the agent in the image is ready: NVML loaded through the mounted library")
 		// XID 45 (preemptive cleanup): the default policy ignores it.
-		f, err := os.OpenFile(scenario, os.O_APPEND|os.O_WRONLY, 0)
-		g.Expect(err).NotTo(HaveOccurred())
-		_, err = fmt.Fprintf(f, "xid device=0 code=45 at=%s\n", fakenvml.At(time.Now().Add(200*time.Millisecond)))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(f.Close()).To(Succeed())
+		g.Expect(framework.AppendScenario(scenario, "xid device=0 code=45 at="+fakenvml.At(time.Now().Add(200*time.Millisecond)))).To(Succeed())
 		g.Eventually(func(g Gomega) []string {
 			var list gpuhealthv1alpha1.NodeHealthEventList
 			g.Expect(env.Cluster.Client.List(ctx, &list)).To(Succeed())

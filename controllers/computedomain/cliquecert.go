@@ -22,6 +22,7 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
+	"github.com/gpuhealth/gpuhealth/remediation/member"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 	"github.com/gpuhealth/gpuhealth/remediation/suite"
 )
@@ -312,7 +313,7 @@ func (r *FabricReconciler) healthyNodes(ctx context.Context, nodes []corev1.Node
 	var out []string
 	for i := range nodes {
 		n := &nodes[i]
-		if n.Labels[CliqueNodeLabel] != clique || !managed[n.Name] || n.Spec.Unschedulable || !ready(n) {
+		if n.Labels[CliqueNodeLabel] != clique || !managed[n.Name] || n.Spec.Unschedulable || !member.Ready(n) {
 			continue
 		}
 		nh := &gpuhealthv1alpha1.NodeHealth{}
@@ -329,15 +330,6 @@ func (r *FabricReconciler) healthyNodes(ctx context.Context, nodes []corev1.Node
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func truncate(s string, n int) string {

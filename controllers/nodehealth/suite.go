@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,7 +72,7 @@ func parserOf(s gpuhealthv1alpha1.SuiteStep) gpuhealthv1alpha1.ParserType {
 // again: a restarted operator resumes at the first step without one.
 func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps []gpuhealthv1alpha1.SuiteStep, rc *gpuhealthv1alpha1.RecertificationStatus, waitingReason string) (done, passed bool, why string) {
 	o := d.o
-	if why := suiteChanged(steps, rc, o.jobs); why != "" {
+	if why := suiteChanged(steps, rc); why != "" {
 		// The policy's suite changed under this attempt: its verdicts are
 		// of another suite. The attempt starts again (under new Job names),
 		// and the old suite's unfinished Jobs go.
@@ -157,18 +156,15 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 
 // suiteChanged says how the policy's suite differs from the one an attempt
 // runs, empty when it does not: the steps recorded so far must be the
-// suite's first steps by name and parser, and a step's live Job must carry
-// the parser its step has now.
-func suiteChanged(steps []gpuhealthv1alpha1.SuiteStep, rc *gpuhealthv1alpha1.RecertificationStatus, jobs map[string]*batchv1.Job) string {
+// suite's first steps by name and parser (a step's Job is made in the pass
+// that records it, with its parser).
+func suiteChanged(steps []gpuhealthv1alpha1.SuiteStep, rc *gpuhealthv1alpha1.RecertificationStatus) string {
 	if len(rc.Steps) > len(steps) {
 		return fmt.Sprintf("the suite has %d steps now, the attempt ran %d", len(steps), len(rc.Steps))
 	}
 	for i, sr := range rc.Steps {
 		if sr.Name != stepName(steps[i]) || sr.Parser != parserOf(steps[i]) {
 			return fmt.Sprintf("step %d is %s (%s) now, the attempt ran %s (%s)", i+1, stepName(steps[i]), parserOf(steps[i]), sr.Name, sr.Parser)
-		}
-		if j := jobs[sr.Job]; j != nil && j.Labels[job.ParserLabel] != "" && j.Labels[job.ParserLabel] != string(sr.Parser) {
-			return fmt.Sprintf("step %s's job %s was made for parser %s", sr.Name, sr.Job, j.Labels[job.ParserLabel])
 		}
 	}
 	return ""

@@ -67,8 +67,8 @@ func Quarantined(n *corev1.Node) bool {
 	return false
 }
 
-// AppendScenario appends lines to a fake NVML scenario file; the library
-// reads them within 100 ms.
+// AppendScenario appends lines to a file a case drives: a fake NVML
+// scenario (the library reads it within 100 ms) or a kernel-log file.
 func AppendScenario(path string, lines ...string) error {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {

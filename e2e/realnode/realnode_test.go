@@ -94,12 +94,9 @@ func TestKernelLogXID(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	up, err := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
 	g.Expect(err).NotTo(HaveOccurred())
-	f, err := os.OpenFile(filepath.Join(env.FakeGPU, "kmsg"), os.O_APPEND|os.O_WRONLY, 0)
-	g.Expect(err).NotTo(HaveOccurred())
 	// GPU 3 of framework.Scenario is at PCI 0000:48:00.0.
-	_, err = fmt.Fprintf(f, "3,1,%d,-;NVRM: Xid (PCI:0000:48:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x515848=0x1000e 0x515850=0x0\n", int64(up*1e6))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(f.Close()).To(Succeed())
+	g.Expect(framework.AppendScenario(filepath.Join(env.FakeGPU, "kmsg"), fmt.Sprintf(
+		"3,1,%d,-;NVRM: Xid (PCI:0000:48:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x515848=0x1000e 0x515850=0x0", int64(up*1e6)))).To(Succeed())
 	g.Eventually(func(g Gomega) []string {
 		var list gpuhealthv1alpha1.NodeHealthEventList
 		g.Expect(env.Cluster.Client.List(ctx, &list)).To(Succeed())
