@@ -121,7 +121,7 @@ const (
 )
 
 // NodeHealthPhase is a node's place in the remediation state machine.
-// +kubebuilder:validation:Enum=Healthy;Certifying;Quarantined;Draining;Recertifying;Failed
+// +kubebuilder:validation:Enum=Healthy;Certifying;Quarantined;Draining;Recertifying;Maintenance;Failed
 type NodeHealthPhase string
 
 const (
@@ -136,16 +136,21 @@ const (
 	PhaseDraining NodeHealthPhase = "Draining"
 	// PhaseRecertifying means remediation and the recertification Job run on the empty node.
 	PhaseRecertifying NodeHealthPhase = "Recertifying"
+	// PhaseMaintenance means a human took the node out for planned
+	// maintenance: it was cordoned and drained like a faulty node and is
+	// held, drained, until a Recertify or Release request.
+	PhaseMaintenance NodeHealthPhase = "Maintenance"
 	// PhaseFailed means the node needs a human; it stays cordoned until one acts.
 	PhaseFailed NodeHealthPhase = "Failed"
 )
 
 // UsesBudget says whether a node in this phase counts against the drain
 // budgets (maxUnavailable and the per-domain and per-clique ones): it is
-// Draining or Recertifying. ConsumesBudget adds Certifying where the policy
-// says so.
+// Draining, Recertifying or in Maintenance (drained and out of service for
+// as long as the maintenance lasts). ConsumesBudget adds Certifying where
+// the policy says so.
 func (p NodeHealthPhase) UsesBudget() bool {
-	return p == PhaseDraining || p == PhaseRecertifying
+	return p == PhaseDraining || p == PhaseRecertifying || p == PhaseMaintenance
 }
 
 // ConsumesBudget says whether a node in phase p counts against spec's

@@ -6,7 +6,7 @@ import (
 )
 
 // RequestAction is a one-shot manual request a human makes on a NodeHealth.
-// +kubebuilder:validation:Enum=Recertify;Release
+// +kubebuilder:validation:Enum=Recertify;Release;Maintenance
 type RequestAction string
 
 const (
@@ -15,13 +15,19 @@ const (
 	RequestRecertify RequestAction = "Recertify"
 	// RequestRelease returns the node to Healthy without recertification. It is audited.
 	RequestRelease RequestAction = "Release"
+	// RequestMaintenance takes a Healthy node out for planned maintenance:
+	// cordoned and drained under the same budgets and drain settings as a
+	// fault, then held in phase Maintenance until a Recertify (the usual way
+	// back) or a Release request. It is audited.
+	RequestMaintenance RequestAction = "Maintenance"
 )
 
 // ManualRequest is a one-shot request. The operator carries out each id once
 // and records it in status.lastRequest; to repeat an action, use a new id.
 // +kubebuilder:validation:XValidation:rule="self.action != 'Release' || (has(self.reason) && size(self.reason) > 0)",message="a Release returns the node without recertification and is audited: give a reason"
+// +kubebuilder:validation:XValidation:rule="self.action != 'Maintenance' || (has(self.reason) && size(self.reason) > 0)",message="a Maintenance request takes the node out of service and is audited: give a reason"
 type ManualRequest struct {
-	// action is what is requested: Recertify or Release.
+	// action is what is requested: Recertify, Release or Maintenance.
 	// +required
 	Action RequestAction `json:"action"`
 
@@ -63,8 +69,9 @@ type NodeHealthSpec struct {
 	// +kubebuilder:default=false
 	Hold bool `json:"hold"`
 
-	// request is a one-shot manual request: recertify now, or release to
-	// Healthy without recertification.
+	// request is a one-shot manual request: recertify now, release to
+	// Healthy without recertification, or take the node out for planned
+	// maintenance.
 	// +optional
 	Request *ManualRequest `json:"request,omitempty"`
 }
@@ -394,10 +401,117 @@ type HandledRequest struct {
 	Result string `json:"result,omitempty"`
 }
 
+// OutageCause is why a node is out of service.
+// +kubebuilder:validation:Enum=Fault;Maintenance;Certification;Request
+type OutageCause string
+
+const (
+	// OutageFault means a finding took the node out of service.
+	OutageFault OutageCause = "Fault"
+	// OutageMaintenance means a human took it out for planned maintenance.
+	OutageMaintenance OutageCause = "Maintenance"
+	// OutageCertification means a new node (or one a human labelled) is being certified.
+	OutageCertification OutageCause = "Certification"
+	// OutageRequest means a human asked for a recertification of a healthy node.
+	OutageRequest OutageCause = "Request"
+)
+
+// Outage is one stretch of time a node spends out of service.
+type Outage struct {
+	// since is when the node left service: the first quarantine of a fault,
+	// the start of a maintenance or of a certification.
+	// +required
+	Since metav1.Time `json:"since"`
+
+	// cause is why the node is out of service.
+	// +required
+	Cause OutageCause `json:"cause"`
+
+	// check is the fault's check (the most drastic finding's), for a fault.
+	// +optional
+	Check Check `json:"check,omitempty"`
+
+	// code is the fault's code, for a fault.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Code string `json:"code,omitempty"`
+
+	// action is the fault's recommended action (the most drastic), for a fault.
+	// +optional
+	Action Action `json:"action,omitempty"`
+
+	// failedAt is when the node first ended Failed in this outage; its
+	// repair time was measured then, and is not measured again when a
+	// human later returns it.
+	// +optional
+	FailedAt *metav1.Time `json:"failedAt,omitempty"`
+}
+
+// FaultMark is when a class of fault last took the node out of service.
+type FaultMark struct {
+	// check is the class of fault.
+	// +required
+	Check Check `json:"check"`
+
+	// time is when a fault of this class last quarantined the node.
+	// +required
+	Time metav1.Time `json:"time"`
+}
+
+// HandOffState is where a hand-off stands.
+// +kubebuilder:validation:Enum=HandedOff;Failed
+type HandOffState string
+
+const (
+	// HandOffDone means the hand-off was made (annotation set, object created,
+	// or the node condition left for its consumer).
+	HandOffDone HandOffState = "HandedOff"
+	// HandOffFailed means it could not be made; message says why.
+	HandOffFailed HandOffState = "Failed"
+)
+
+// HandOffStatus records the hand-off of a failed node.
+type HandOffStatus struct {
+	// type is the policy's hand-off type: ClusterAPI, Template or Condition.
+	// +required
+	Type HandOffType `json:"type"`
+
+	// state is HandedOff or Failed.
+	// +required
+	State HandOffState `json:"state"`
+
+	// time is when it was made (or failed).
+	// +required
+	Time metav1.Time `json:"time"`
+
+	// reason is why the node was handed off: ReplaceNode or
+	// RecertificationExhausted.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason"`
+
+	// target names what was handed the node: the Machine, the created
+	// object, or the node condition.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Target string `json:"target,omitempty"`
+
+	// message explains the hand-off or why it failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// targetStatus summarises the target's own status (its conditions or
+	// phase), as last read; empty when it has none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	TargetStatus string `json:"targetStatus,omitempty"`
+}
+
 // NodeHealthStatus is where the node stands, written by the operator.
 type NodeHealthStatus struct {
 	// phase is the node's place in the state machine: Healthy, Certifying,
-	// Quarantined, Draining, Recertifying or Failed.
+	// Quarantined, Draining, Recertifying, Maintenance or Failed.
 	// +optional
 	Phase NodeHealthPhase `json:"phase,omitempty"`
 
@@ -444,6 +558,27 @@ type NodeHealthStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	CertifyRequest string `json:"certifyRequest,omitempty"`
+
+	// outage is the node's current time out of service: since when, and
+	// why (a fault, planned maintenance, a certification or a request).
+	// Unset while the node is in service. Repair durations and the goodput
+	// metrics are measured from it.
+	// +optional
+	Outage *Outage `json:"outage,omitempty"`
+
+	// lastFaults is when each class of fault (check) last took the node out
+	// of service, for the time between faults.
+	// +optional
+	// +listType=map
+	// +listMapKey=check
+	// +kubebuilder:validation:MaxItems=16
+	LastFaults []FaultMark `json:"lastFaults,omitempty"`
+
+	// handOff is the hand-off of a failed node to the system that replaces
+	// nodes (policy remediation.handOff), once made. It is made once per
+	// failure and cleared when the node leaves Failed.
+	// +optional
+	HandOff *HandOffStatus `json:"handOff,omitempty"`
 
 	// computeDomain is the node's ComputeDomain membership, when it has one.
 	// A node that left its domain while out of service keeps the entry

@@ -52,6 +52,15 @@ const (
 	ReasonCircuitBreakerOpen = "CircuitBreakerOpen"
 	// ReasonManualRecertify: a human asked for recertification.
 	ReasonManualRecertify = "ManualRecertify"
+	// ReasonMaintenance: a human asked for planned maintenance; the node is
+	// drained under the budgets and held until a Recertify or Release.
+	ReasonMaintenance = "Maintenance"
+	// ReasonHandedOff: a failed node was handed to the system that replaces
+	// nodes (policy remediation.handOff).
+	ReasonHandedOff = "HandedOff"
+	// ReasonHandOffFailed: the hand-off could not be made (no Machine, a
+	// template that does not render); the node stays Failed for a human.
+	ReasonHandOffFailed = "HandOffFailed"
 	// ReasonRebooted: the reboot step saw the node come back with a new boot ID.
 	ReasonRebooted = "Rebooted"
 	// ReasonJobsDeleted: the node's unfinished remediation and recertification Jobs were deleted.

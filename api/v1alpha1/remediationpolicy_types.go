@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -407,6 +408,55 @@ type RemediationSpec struct {
 	// findings go straight to recertification.
 	// +optional
 	RebootNode *RemediationStep `json:"rebootNode,omitempty"`
+
+	// handOff hands a node that ends Failed because it must be replaced
+	// (a finding recommends ReplaceNode, or its recertification attempts
+	// are exhausted) to the system that replaces nodes. Unset: the node
+	// waits in Failed for a human.
+	// +optional
+	HandOff *HandOffSpec `json:"handOff,omitempty"`
+}
+
+// HandOffType is how a failed node is handed off.
+// +kubebuilder:validation:Enum=ClusterAPI;Template;Condition
+type HandOffType string
+
+const (
+	// HandOffClusterAPI annotates the node's Cluster API Machine (found
+	// through the node's cluster.x-k8s.io/machine and
+	// cluster.x-k8s.io/cluster-namespace annotations) with
+	// cluster.x-k8s.io/remediate-machine, which a MachineHealthCheck
+	// treats as unhealthy, so the Machine's owner replaces it.
+	HandOffClusterAPI HandOffType = "ClusterAPI"
+	// HandOffTemplate creates an object from spec.template (for example a
+	// provider's repair request), owned by the NodeHealth.
+	HandOffTemplate HandOffType = "Template"
+	// HandOffCondition relies on the node condition GPUHealthy=False, for
+	// tools that act on node conditions (for example Karpenter's node
+	// repair); its lastTransitionTime does not move while the node stays
+	// unhealthy.
+	HandOffCondition HandOffType = "Condition"
+)
+
+// HandOffSpec is how a node that must be replaced is handed off.
+// +kubebuilder:validation:XValidation:rule="(self.type == 'Template') == has(self.template)",message="template is required for type Template and allowed only there"
+type HandOffSpec struct {
+	// type is ClusterAPI, Template or Condition.
+	// +required
+	Type HandOffType `json:"type"`
+
+	// template is the object to create for type Template: any kind, with
+	// apiVersion, kind and metadata.name. In every string value
+	// {{.NodeName}}, {{.Reason}} (ReplaceNode or RecertificationExhausted)
+	// and {{.Message}} are replaced (Go text/template). The object is
+	// created once per failure, owned by the NodeHealth, so it is deleted
+	// with it; its status is shown in the NodeHealth's status.handOff.
+	// The operator needs RBAC to create and get it (chart value
+	// operator.handOff.template.rules).
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:EmbeddedResource
+	Template *runtime.RawExtension `json:"template,omitempty"`
 }
 
 // BudgetsSpec limits how many nodes are out of service at once. Each value is

@@ -217,6 +217,34 @@ func TestSchemaRejectsInvalidObjects(t *testing.T) {
 			want: []string{"a Release returns the node without recertification and is audited: give a reason"},
 		},
 		{
+			name: "maintenance request without a reason", object: validNodeHealth,
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, map[string]any{"action": "Maintenance", "id": "m1"}, "spec", "request")
+			},
+			want: []string{"a Maintenance request takes the node out of service and is audited: give a reason"},
+		},
+		{
+			name: "template hand-off without a template", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, map[string]any{"type": "Template"}, "spec", "remediation", "handOff")
+			},
+			want: []string{"template is required for type Template and allowed only there"},
+		},
+		{
+			name: "cluster API hand-off with a template", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, map[string]any{"type": "ClusterAPI", "template": map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x"}}}, "spec", "remediation", "handOff")
+			},
+			want: []string{"template is required for type Template and allowed only there"},
+		},
+		{
+			name: "template hand-off whose template has no kind", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, map[string]any{"type": "Template", "template": map[string]any{"apiVersion": "v1", "metadata": map[string]any{"name": "x"}}}, "spec", "remediation", "handOff")
+			},
+			want: []string{"kind"},
+		},
+		{
 			name: "release request while held", object: validNodeHealth,
 			mutate: func(u *unstructured.Unstructured) {
 				set(u, true, "spec", "hold")

@@ -24,7 +24,8 @@ const (
 	Quarantine Event = "Quarantine"
 	// Drain starts emptying a quarantined node once the budgets allow it.
 	Drain Event = "Drain"
-	// Recertify starts remediation and recertification of a drained node that has left its ComputeDomain.
+	// Recertify starts remediation and recertification of a drained node
+	// that has left its ComputeDomain, or of a node back from maintenance.
 	Recertify Event = "Recertify"
 	// Pass returns a recertified node to service.
 	Pass Event = "Pass"
@@ -38,6 +39,8 @@ const (
 	Release Event = "Release"
 	// Retry sends a failed node back to quarantine on a human's request to recertify it.
 	Retry Event = "Retry"
+	// Maintain holds a node drained for planned maintenance until a human returns it.
+	Maintain Event = "Maintain"
 )
 
 type phase = gpuhealthv1alpha1.NodeHealthPhase
@@ -48,6 +51,7 @@ const (
 	quarantined  = gpuhealthv1alpha1.PhaseQuarantined
 	draining     = gpuhealthv1alpha1.PhaseDraining
 	recertifying = gpuhealthv1alpha1.PhaseRecertifying
+	maintenance  = gpuhealthv1alpha1.PhaseMaintenance
 	failed       = gpuhealthv1alpha1.PhaseFailed
 )
 
@@ -64,12 +68,13 @@ var transitions = []Transition{
 	{Certified, []phase{certifying}, healthy},
 	{Quarantine, []phase{healthy, certifying}, quarantined},
 	{Drain, []phase{quarantined}, draining},
-	{Recertify, []phase{draining}, recertifying},
+	{Recertify, []phase{draining, maintenance}, recertifying},
+	{Maintain, []phase{draining}, maintenance},
 	{Pass, []phase{recertifying}, healthy},
 	{FailRecertification, []phase{recertifying}, quarantined},
 	{Fail, []phase{healthy, certifying, quarantined, draining, recertifying}, failed},
-	{Cancel, []phase{certifying, quarantined, draining, recertifying, failed}, healthy},
-	{Release, []phase{certifying, quarantined, draining, recertifying, failed}, healthy},
+	{Cancel, []phase{certifying, quarantined, draining, recertifying, maintenance, failed}, healthy},
+	{Release, []phase{certifying, quarantined, draining, recertifying, maintenance, failed}, healthy},
 	{Retry, []phase{failed}, quarantined},
 }
 
@@ -82,12 +87,12 @@ func Transitions() []Transition {
 
 // Phases lists every phase.
 func Phases() []phase {
-	return []phase{healthy, certifying, quarantined, draining, recertifying, failed}
+	return []phase{healthy, certifying, quarantined, draining, recertifying, maintenance, failed}
 }
 
 // Events lists every event.
 func Events() []Event {
-	return []Event{Certify, Certified, Quarantine, Drain, Recertify, Pass, FailRecertification, Fail, Cancel, Release, Retry}
+	return []Event{Certify, Certified, Quarantine, Drain, Recertify, Maintain, Pass, FailRecertification, Fail, Cancel, Release, Retry}
 }
 
 // IllegalTransitionError is returned for an event the current phase does not allow.

@@ -38,13 +38,17 @@ func TestLegalTransitions(t *testing.T) {
 		{quarantined, Cancel, healthy},
 		{draining, Cancel, healthy},
 		{recertifying, Cancel, healthy},
+		{maintenance, Cancel, healthy},
 		{failed, Cancel, healthy},
 		{certifying, Release, healthy},
 		{quarantined, Release, healthy},
 		{draining, Release, healthy},
 		{recertifying, Release, healthy},
+		{maintenance, Release, healthy},
 		{failed, Release, healthy},
 		{failed, Retry, quarantined},
+		{maintenance, Recertify, recertifying},
+		{draining, Maintain, maintenance},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s in %s goes to %s", tc.event, tc.from, tc.to), func(t *testing.T) {
