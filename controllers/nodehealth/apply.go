@@ -78,6 +78,9 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (fenced
 			return fenced, err
 		}
 	}
+	if err := r.applyHandOff(ctx, p); err != nil {
+		return fenced, err
+	}
 	if p.removeDomainLabel {
 		err := r.writeNode(o, func(n *corev1.Node) error {
 			return member.RemoveLabel(ctx, r.Client, n, computedomain.NodeLabel)
@@ -176,7 +179,9 @@ func (r *Reconciler) record(ctx context.Context, o *observation, p *plan) (bool,
 	for _, t := range p.transitions {
 		log.FromContext(ctx).Info("Transitioned node", "fromPhase", t.from, "toPhase", t.to, "reason", t.reason)
 		transitions.WithLabelValues(string(t.from), string(t.to), t.reason).Inc()
+		phaseDuration.WithLabelValues(string(t.from)).Observe(t.spent.Seconds())
 	}
+	countOutages(p)
 	if p.budgetBlocked != "" {
 		budgetBlocked.WithLabelValues(string(p.budgetBlocked)).Inc()
 	}

@@ -160,7 +160,7 @@ func (d *decider) membership() {
 	next := &gpuhealthv1alpha1.ComputeDomainMembership{
 		UID: string(m.uid), CliqueID: m.cliqueID, Membership: gpuhealthv1alpha1.MembershipMember, Traces: m.traces,
 	}
-	if phase == gpuhealthv1alpha1.PhaseDraining || phase == gpuhealthv1alpha1.PhaseRecertifying {
+	if phase == gpuhealthv1alpha1.PhaseDraining || phase == gpuhealthv1alpha1.PhaseRecertifying || phase == gpuhealthv1alpha1.PhaseMaintenance {
 		next.Membership = gpuhealthv1alpha1.MembershipLeaving
 	}
 	if m.domain != nil {

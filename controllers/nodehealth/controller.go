@@ -139,6 +139,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return err
 	}
 	r.expect = newExpectations(r.Clock)
+	fleet.serve(mgr.GetCache(), mgr.Elected())
 	workers := r.MaxConcurrentReconciles
 	if workers == 0 {
 		workers = 16

@@ -65,6 +65,14 @@ type plan struct {
 	announce []announcement
 	// steps are the suite steps judged in this pass, counted after the write.
 	steps []stepRecord
+	// repairs are the fault outages that ended, faultGaps the times since
+	// the previous fault of a class; counted after the write.
+	repairs   []repairRecord
+	faultGaps []faultGap
+	// handOff is the hand-off to carry out before the write (idempotent),
+	// handedOff the one the status records, counted after the write.
+	handOff   *handOffTarget
+	handedOff *gpuhealthv1alpha1.HandOffStatus
 	// node is what to do to the Node; nodeMessage explains GPUHealthy.
 	node                    nodeIntent
 	nodeReason, nodeMessage string
@@ -100,6 +108,8 @@ type plan struct {
 type transitionRecord struct {
 	from, to gpuhealthv1alpha1.NodeHealthPhase
 	reason   string
+	// spent is how long the node was in the phase it left.
+	spent time.Duration
 }
 
 // decider carries one decision: the observation, the machine and the plan.
@@ -205,8 +215,11 @@ func (d *decider) phases() {
 			d.draining()
 		case gpuhealthv1alpha1.PhaseRecertifying:
 			d.recertifying()
+		case gpuhealthv1alpha1.PhaseMaintenance:
+			d.outOfService()
 		case gpuhealthv1alpha1.PhaseFailed:
 			d.outOfService()
+			d.handOffFailed()
 		}
 		if d.p.fenceOnly || d.p.immediate || d.machine.Phase() == phase {
 			return
@@ -466,6 +479,9 @@ func (d *decider) draining() {
 		ds.CompletedAt = &o.now
 	}
 	if !d.leftComputeDomain() {
+		return
+	}
+	if d.maintained() {
 		return
 	}
 	if a := d.action(); needsHuman(a) {
@@ -786,8 +802,13 @@ func (d *decider) transition(e fsm.Event, reason, message, by string) bool {
 		return false
 	}
 	o := d.o
+	var spent time.Duration
+	if since := d.p.status.Since; since != nil {
+		spent = o.now.Sub(since.Time)
+	}
 	fsm.Record(&d.p.status, from, to, reason, truncate(message, 1024), truncate(by, 253), o.now)
-	d.p.transitions = append(d.p.transitions, transitionRecord{from: from, to: to, reason: reason})
+	d.p.transitions = append(d.p.transitions, transitionRecord{from: from, to: to, reason: reason, spent: spent})
+	d.outage(from, to, reason)
 	eventType := corev1.EventTypeNormal
 	if to != gpuhealthv1alpha1.PhaseHealthy {
 		eventType = corev1.EventTypeWarning

@@ -12,20 +12,27 @@ import (
 )
 
 const (
-	labelFrom   = "from"
-	labelTo     = "to"
-	labelReason = "reason"
-	labelPhase  = "phase"
-	labelEvent  = "event"
-	labelNode   = "node"
-	labelBudget = "budget"
-	labelSuite  = "suite"
-	labelStep   = "step"
-	labelParser = "parser"
-	labelResult = "result"
-	labelName   = "measurement"
-	labelUnit   = "unit"
+	labelFrom    = "from"
+	labelTo      = "to"
+	labelReason  = "reason"
+	labelPhase   = "phase"
+	labelEvent   = "event"
+	labelNode    = "node"
+	labelBudget  = "budget"
+	labelSuite   = "suite"
+	labelStep    = "step"
+	labelParser  = "parser"
+	labelResult  = "result"
+	labelName    = "measurement"
+	labelUnit    = "unit"
+	labelAction  = "action"
+	labelOutcome = "outcome"
+	labelCheck   = "check"
+	labelType    = "type"
 )
+
+// durationBuckets span a repair or a phase: a minute to a week.
+var durationBuckets = []float64{60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 16 * 3600, 86400, 2 * 86400, 4 * 86400, 7 * 86400}
 
 var (
 	transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -74,6 +81,29 @@ var (
 		Help: "The last value each node's certification or recertification step measured (for example busBandwidth in GB/s), by node, suite, step, measurement and unit.",
 	}, []string{labelNode, labelSuite, labelStep, labelName, labelUnit})
 
+	repairDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpuhealth_node_repair_duration_seconds",
+		Help:    "How long fault repairs took, from the fault's first quarantine to Healthy (outcome recertified, released or cancelled) or to Failed (outcome failed), by the fault's action and outcome. MTTR: the recertified and failed ones.",
+		Buckets: durationBuckets,
+	}, []string{labelAction, labelOutcome})
+
+	phaseDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpuhealth_node_phase_duration_seconds",
+		Help:    "How long nodes stayed in each phase, observed when they left it, by phase.",
+		Buckets: append([]float64{1, 10}, durationBuckets...),
+	}, []string{labelPhase})
+
+	timeBetweenFaults = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpuhealth_nodehealth_time_between_faults_seconds",
+		Help:    "Time between two faults of the same class (check) taking the same node out of service, by check (MTBF per fault class).",
+		Buckets: durationBuckets,
+	}, []string{labelCheck})
+
+	handOffs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuhealth_nodehealth_handoffs_total",
+		Help: "Number of failed nodes handed off to the system that replaces nodes, by hand-off type and result (HandedOff or Failed).",
+	}, []string{labelType, labelResult})
+
 	deadMemberListed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gpuhealth_nodehealth_dead_member_listed",
 		Help: "1 while a dead, fenced ComputeDomain member is still listed by NVIDIA's driver, so its peers hold it (condition DeadMemberListed), 0 otherwise.",
@@ -82,7 +112,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase, drainTimedOut, deadMemberListed, staleDaemonPodsDeleted, budgetBlocked,
-		suiteSteps, suiteStepDuration, suiteMeasurement)
+		suiteSteps, suiteStepDuration, suiteMeasurement, repairDuration, phaseDuration, timeBetweenFaults, handOffs)
 	// Every series from zero, so the first illegal transition is an
 	// increase() an alert sees, not a new series at 1.
 	for _, p := range fsm.Phases() {
@@ -142,5 +172,19 @@ func countSteps(node string, steps []stepRecord) {
 				suiteMeasurement.WithLabelValues(node, string(s.suite), s.step, m.Name, m.Unit).Set(v)
 			}
 		}
+	}
+}
+
+// countOutages counts what a written status says about outages: repairs
+// that ended, times between faults and hand-offs.
+func countOutages(p *plan) {
+	for _, r := range p.repairs {
+		repairDuration.WithLabelValues(string(r.action), r.outcome).Observe(r.took.Seconds())
+	}
+	for _, g := range p.faultGaps {
+		timeBetweenFaults.WithLabelValues(string(g.check)).Observe(g.gap.Seconds())
+	}
+	if h := p.handedOff; h != nil {
+		handOffs.WithLabelValues(string(h.Type), string(h.State)).Inc()
 	}
 }

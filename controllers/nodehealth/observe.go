@@ -65,6 +65,9 @@ type observation struct {
 	// when a new node may be certified.
 	workloads    []string
 	workloadsErr error
+	// handOff is what a failed node's hand-off needs; read while Failed
+	// under a policy with a ClusterAPI or Template hand-off.
+	handOff *handOffTarget
 }
 
 // breakerView is the circuit breaker's answer to one more quarantine.
@@ -193,6 +196,12 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 	case gpuhealthv1alpha1.PhaseDraining:
 		if !nh.Spec.Hold {
 			o.drain = r.drainPass(ctx, o)
+		}
+	case gpuhealthv1alpha1.PhaseFailed:
+		if policy.Spec.Remediation.HandOff != nil && !policy.Spec.DryRun {
+			if o.handOff, err = r.observeHandOff(ctx, o); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return o, nil

@@ -33,6 +33,9 @@ func (d *decider) request() {
 		case gpuhealthv1alpha1.PhaseHealthy:
 			d.transition(fsm.Quarantine, gpuhealthv1alpha1.ReasonManualRecertify, msg, by)
 			result = "quarantined for recertification"
+		case gpuhealthv1alpha1.PhaseMaintenance:
+			d.returnFromMaintenance(msg, by)
+			result = "back from maintenance: recertifying"
 		case gpuhealthv1alpha1.PhaseFailed:
 			d.transition(fsm.Retry, gpuhealthv1alpha1.ReasonManualRecertify, msg, by)
 			// A fresh start: attempts count from 1 again.
@@ -41,6 +44,8 @@ func (d *decider) request() {
 		default:
 			result = "nothing to do: recertification is already under way (" + string(phase) + ")"
 		}
+	case gpuhealthv1alpha1.RequestMaintenance:
+		result = d.maintenanceRequest(by, req.Reason)
 	}
 	d.p.status.LastRequest = &gpuhealthv1alpha1.HandledRequest{ID: req.ID, Action: req.Action, By: truncate(by, 512), Time: d.o.now, Result: result}
 }

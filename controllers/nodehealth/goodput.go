@@ -1,0 +1,203 @@
+package nodehealth
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
+)
+
+// GPUResource is the extended resource NVIDIA's device plugin advertises.
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// Causes of lost GPU time, the cause label of
+// gpuhealth_node_gpus_out_of_service: an outage's cause, or for a Healthy
+// node one that keeps new work off it.
+const (
+	causeCordoned = "cordoned"
+	causeFabric   = "fabric"
+)
+
+var (
+	nodeGPUsDesc = prometheus.NewDesc("gpuhealth_node_gpus",
+		"The nvidia.com/gpu allocatable of each managed node.", []string{labelNode}, nil)
+	outOfServiceDesc = prometheus.NewDesc("gpuhealth_node_gpus_out_of_service",
+		"The GPUs (nvidia.com/gpu allocatable) of each managed node that is not in service: not Healthy, or Healthy but cordoned by someone else or fabric-degraded; by phase, cause (fault, maintenance, certification, request, cordoned, fabric) and, for a fault, its check and code.",
+		[]string{labelNode, labelPhase, "cause", labelCheck, "code"}, nil)
+	strandedDesc = prometheus.NewDesc("gpuhealth_computedomain_stranded_gpus",
+		"The GPUs of the in-service members of a ComputeDomain with a member out of service: the domain cannot run at full size.",
+		[]string{"computedomain"}, nil)
+)
+
+// fleetGauges exports the GPU-time gauges at each scrape, from the
+// persisted NodeHealth status and the cached Nodes, so they need no
+// bookkeeping of their own and cannot drift from what is written. Only the
+// leader exports them: a standby's copy would double every sum.
+type fleetGauges struct {
+	mu      sync.Mutex
+	reader  client.Reader
+	elected <-chan struct{}
+}
+
+var fleet = &fleetGauges{}
+
+func init() { metrics.Registry.MustRegister(fleet) }
+
+// serve makes the gauges read from reader once elected is closed.
+func (f *fleetGauges) serve(reader client.Reader, elected <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reader, f.elected = reader, elected
+}
+
+// Describe sends the gauges' descriptions.
+func (f *fleetGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- nodeGPUsDesc
+	ch <- outOfServiceDesc
+	ch <- strandedDesc
+}
+
+// Collect lists NodeHealths and Nodes from the cache and sends the gauges.
+func (f *fleetGauges) Collect(ch chan<- prometheus.Metric) {
+	f.mu.Lock()
+	reader, elected := f.reader, f.elected
+	f.mu.Unlock()
+	if reader == nil {
+		return
+	}
+	select {
+	case <-elected:
+	default:
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nhs := &gpuhealthv1alpha1.NodeHealthList{}
+	nodes := &corev1.NodeList{}
+	if reader.List(ctx, nhs, client.UnsafeDisableDeepCopy) != nil || reader.List(ctx, nodes, client.UnsafeDisableDeepCopy) != nil {
+		return
+	}
+	byName := make(map[string]*corev1.Node, len(nodes.Items))
+	for i := range nodes.Items {
+		byName[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	for _, s := range gpuTime(nhs.Items, byName) {
+		switch {
+		case s.domain != "":
+			ch <- prometheus.MustNewConstMetric(strandedDesc, prometheus.GaugeValue, s.gpus, s.domain)
+		case s.cause == "":
+			ch <- prometheus.MustNewConstMetric(nodeGPUsDesc, prometheus.GaugeValue, s.gpus, s.node)
+		default:
+			ch <- prometheus.MustNewConstMetric(outOfServiceDesc, prometheus.GaugeValue, s.gpus, s.node, string(s.phase), s.cause, string(s.check), s.code)
+		}
+	}
+}
+
+// gpuSample is one gauge value: a node's GPUs (no cause), its GPUs out of
+// service (a cause), or a domain's stranded GPUs (a domain).
+type gpuSample struct {
+	node   string
+	phase  gpuhealthv1alpha1.NodeHealthPhase
+	cause  string
+	check  gpuhealthv1alpha1.Check
+	code   string
+	domain string
+	gpus   float64
+}
+
+// gpuTime is the gauges' values: a pure function of the NodeHealths and
+// their Nodes.
+func gpuTime(nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]*corev1.Node) []gpuSample {
+	var out []gpuSample
+	type domain struct {
+		inService float64
+		out       bool
+	}
+	domains := map[string]*domain{}
+	var order []string
+	for i := range nhs {
+		nh := &nhs[i]
+		n := nodes[nh.Name]
+		if n == nil || nh.Spec.Exclude || nh.Status.Phase == "" || !meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthManagedCondition) {
+			continue
+		}
+		q := n.Status.Allocatable[GPUResource]
+		gpus := float64(q.Value())
+		out = append(out, gpuSample{node: n.Name, gpus: gpus})
+		s, lost := outOfService(nh, n)
+		if lost {
+			s.node, s.gpus = n.Name, gpus
+			out = append(out, s)
+		}
+		if cd := nh.Status.ComputeDomain; cd != nil && cd.UID != "" {
+			key := cd.UID
+			if cd.Name != "" {
+				key = cd.Namespace + "/" + cd.Name
+			}
+			dm := domains[key]
+			if dm == nil {
+				dm = &domain{}
+				domains[key] = dm
+				order = append(order, key)
+			}
+			if lost {
+				dm.out = true
+			} else {
+				dm.inService += gpus
+			}
+		}
+	}
+	for _, key := range order {
+		if dm := domains[key]; dm.out {
+			out = append(out, gpuSample{domain: key, gpus: dm.inService})
+		}
+	}
+	return out
+}
+
+// outOfService says whether a managed node's GPUs are out of service, and why.
+func outOfService(nh *gpuhealthv1alpha1.NodeHealth, n *corev1.Node) (gpuSample, bool) {
+	st := &nh.Status
+	s := gpuSample{phase: st.Phase}
+	if st.Phase == gpuhealthv1alpha1.PhaseHealthy {
+		switch {
+		case n.Spec.Unschedulable:
+			s.cause = causeCordoned
+		case hasTaintKey(n, gpuhealthv1alpha1.FabricDegradedTaintKey):
+			s.cause = causeFabric
+		default:
+			return s, false
+		}
+		return s, true
+	}
+	switch o := st.Outage; {
+	case o == nil && st.Phase != gpuhealthv1alpha1.PhaseCertifying && !nodepkg.AppliedOn(n).Any():
+		// Out of service on paper only: a dry run fences nothing.
+		return s, false
+	case o != nil:
+		s.cause, s.check, s.code = strings.ToLower(string(o.Cause)), o.Check, o.Code
+	case st.Phase == gpuhealthv1alpha1.PhaseCertifying:
+		s.cause = strings.ToLower(string(gpuhealthv1alpha1.OutageCertification))
+	default:
+		s.cause = strings.ToLower(string(gpuhealthv1alpha1.OutageFault))
+	}
+	return s, true
+}
+
+func hasTaintKey(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}

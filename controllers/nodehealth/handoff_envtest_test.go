@@ -1,0 +1,113 @@
+package nodehealth
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/handoff"
+)
+
+// machineCRD stands in for Cluster API's Machine CRD: the group, kind and
+// a served version, any content.
+func machineCRD() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "machines.cluster.x-k8s.io"},
+		"spec": map[string]any{
+			"group": "cluster.x-k8s.io", "scope": "Namespaced",
+			"names": map[string]any{"plural": "machines", "singular": "machine", "kind": "Machine"},
+			"versions": []any{map[string]any{
+				"name": "v1beta1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+			}},
+		},
+	}}
+}
+
+// TestReplaceNodeHandedOffToClusterAPI: against a real apiserver, a
+// finding whose action is ReplaceNode drains the node to Failed, and the
+// next pass annotates its Machine once; the GPUHealthy condition's
+// lastTransitionTime stays where it was when the node left service while
+// its reason and message follow the phases; returned, the hand-off goes.
+func TestReplaceNodeHandedOffToClusterAPI(t *testing.T) {
+	h := newHarness(t)
+	crd := machineCRD()
+	h.g.Expect(client.IgnoreAlreadyExists(k8sClient.Create(h.ctx, crd))).To(Succeed())
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.label}}
+	h.g.Expect(k8sClient.Create(h.ctx, ns)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
+	m := &unstructured.Unstructured{}
+	m.SetAPIVersion("cluster.x-k8s.io/v1beta1")
+	m.SetKind("Machine")
+	m.SetNamespace(h.label)
+	m.SetName("md-0-x")
+	h.g.Eventually(func() error { return k8sClient.Create(h.ctx, m) }).WithTimeout(20*time.Second).Should(Succeed(), "the CRD is established")
+
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Remediation.HandOff = &gpuhealthv1alpha1.HandOffSpec{Type: gpuhealthv1alpha1.HandOffClusterAPI}
+		s.Rules = []gpuhealthv1alpha1.Rule{{Name: "replace", Match: gpuhealthv1alpha1.RuleMatch{Codes: []string{"79"}},
+			Verdict: gpuhealthv1alpha1.VerdictQuarantine, Action: gpuhealthv1alpha1.ActionReplaceNode}}
+	})
+	n := h.node("a", func(n *corev1.Node) {
+		n.Annotations = map[string]string{handoff.MachineAnnotation: "md-0-x", handoff.ClusterNamespaceAnnotation: h.label}
+	})
+	h.reconcile(n.Name)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79")
+	h.clock.Step(time.Second)
+	h.reconcileOnce(n.Name) // the fence
+	h.clock.Step(time.Second)
+	h.reconcileOnce(n.Name) // Quarantined → Draining
+	cond := func() corev1.NodeCondition {
+		for _, c := range h.getNode(n.Name).Status.Conditions {
+			if c.Type == gpuhealthv1alpha1.GPUHealthyNodeCondition {
+				return c
+			}
+		}
+		return corev1.NodeCondition{}
+	}
+	first := cond()
+	h.g.Expect(first.Status).To(Equal(corev1.ConditionFalse))
+	h.clock.Step(time.Minute)
+	before := testutil.ToFloat64(handOffs.WithLabelValues(string(gpuhealthv1alpha1.HandOffClusterAPI), string(gpuhealthv1alpha1.HandOffDone)))
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(failed))
+	hs := nh.Status.HandOff
+	h.g.Expect(hs).NotTo(BeNil())
+	h.g.Expect([]string{string(hs.State), hs.Reason, hs.Target}).To(Equal([]string{"HandedOff", "ReplaceNode", "Machine " + h.label + "/md-0-x"}))
+	h.g.Expect(nh.Status.Outage.Action).To(Equal(gpuhealthv1alpha1.ActionReplaceNode))
+	h.g.Expect(nh.Status.Outage.FailedAt).NotTo(BeNil())
+	h.g.Expect(testutil.ToFloat64(handOffs.WithLabelValues(string(gpuhealthv1alpha1.HandOffClusterAPI), string(gpuhealthv1alpha1.HandOffDone)))).To(Equal(before + 1))
+
+	got := m.DeepCopy()
+	h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(m), got)).To(Succeed())
+	h.g.Expect(got.GetAnnotations()).To(HaveKeyWithValue(handoff.RemediateMachineAnnotation, ""))
+	h.g.Expect(got.GetAnnotations()).To(HaveKeyWithValue(handoff.RequestedAnnotation, "ReplaceNode"))
+
+	now := cond()
+	h.g.Expect(now.Reason+now.Message).NotTo(Equal(first.Reason+first.Message), "the condition follows the phases")
+	h.g.Expect(now.LastTransitionTime).To(Equal(first.LastTransitionTime), "but its lastTransitionTime does not move")
+
+	history := len(nh.Status.History)
+	h.clock.Step(time.Minute)
+	h.reconcile(n.Name)
+	h.g.Expect(h.nodeHealth(n.Name).Status.History).To(HaveLen(history), "handed off once")
+
+	nh = h.nodeHealth(n.Name)
+	nh.Spec.Request = &gpuhealthv1alpha1.ManualRequest{Action: gpuhealthv1alpha1.RequestRelease, ID: "replaced", Reason: "new tray"}
+	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
+	h.reconcile(n.Name)
+	nh = h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
+	h.g.Expect(nh.Status.HandOff).To(BeNil())
+	h.g.Expect(nh.Status.Outage).To(BeNil())
+}

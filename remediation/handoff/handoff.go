@@ -1,0 +1,251 @@
+// Package handoff hands a node that must be replaced to the system that
+// replaces nodes: it annotates the node's Cluster API Machine so that a
+// MachineHealthCheck remediates it, or creates an object from a template
+// (a provider's repair request, say). The decision is the nodehealth
+// controller's; this package only renders, reads and writes.
+package handoff
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"text/template"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Cluster API's names, as its documentation and API types give them: a
+// node of a Cluster API cluster carries its Machine's name and namespace as
+// annotations, and a MachineHealthCheck flags a Machine carrying
+// RemediateMachineAnnotation as unhealthy whatever its checks say
+// (condition HealthCheckSucceeded False, reason HasRemediateAnnotation),
+// after which the Machine's owner (a MachineSet, a control plane) replaces it.
+const (
+	MachineAnnotation          = "cluster.x-k8s.io/machine"
+	ClusterNamespaceAnnotation = "cluster.x-k8s.io/cluster-namespace"
+	RemediateMachineAnnotation = "cluster.x-k8s.io/remediate-machine"
+	// RequestedAnnotation records on the Machine that gpuhealth asked for
+	// the remediation, and why.
+	RequestedAnnotation = "gpuhealth.dev/remediation-requested"
+)
+
+// MachineGroupKind is Cluster API's Machine; its served version is looked up.
+var MachineGroupKind = schema.GroupKind{Group: "cluster.x-k8s.io", Kind: "Machine"}
+
+// ErrPermanent marks a hand-off that cannot succeed as things stand (no
+// Machine, a template that does not render, no RBAC); retrying will not help
+// until a human changes something.
+var ErrPermanent = errors.New("hand-off not possible")
+
+func permanent(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrPermanent}, a...)...)
+}
+
+// MachineKey finds the node's Machine from its Cluster API annotations.
+func MachineKey(n *corev1.Node) (client.ObjectKey, error) {
+	name, ns := n.Annotations[MachineAnnotation], n.Annotations[ClusterNamespaceAnnotation]
+	if name == "" || ns == "" {
+		return client.ObjectKey{}, permanent("node %s has no %s and %s annotations: it is not a Cluster API node", n.Name, MachineAnnotation, ClusterNamespaceAnnotation)
+	}
+	return client.ObjectKey{Namespace: ns, Name: name}, nil
+}
+
+// GetMachine reads the node's Machine in the version the apiserver
+// prefers. A missing Machine, an unserved kind or a refused read is
+// permanent.
+func GetMachine(ctx context.Context, c client.Client, r client.Reader, n *corev1.Node) (*unstructured.Unstructured, error) {
+	key, err := MachineKey(n)
+	if err != nil {
+		return nil, err
+	}
+	mapping, err := c.RESTMapper().RESTMapping(MachineGroupKind)
+	if err != nil {
+		return nil, permanent("Cluster API's Machine kind is not served: %v", err)
+	}
+	m := &unstructured.Unstructured{}
+	m.SetGroupVersionKind(mapping.GroupVersionKind)
+	if err := r.Get(ctx, key, m); err != nil {
+		return nil, classify(err, "Machine "+key.String())
+	}
+	return m, nil
+}
+
+// classify turns a read's error into a permanent one where retrying cannot help.
+func classify(err error, what string) error {
+	switch {
+	case apierrors.IsNotFound(err):
+		return permanent("%s not found", what)
+	case apierrors.IsForbidden(err):
+		return permanent("the operator may not read %s (enable the hand-off's RBAC in the chart): %v", what, err)
+	}
+	return fmt.Errorf("reading %s: %w", what, err)
+}
+
+// AnnotateMachine asks Cluster API to remediate the Machine. Idempotent.
+func AnnotateMachine(ctx context.Context, c client.Client, m *unstructured.Unstructured, reason string) error {
+	a := m.GetAnnotations()
+	if _, ok := a[RemediateMachineAnnotation]; ok && a[RequestedAnnotation] != "" {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		RemediateMachineAnnotation: "", RequestedAnnotation: reason,
+	}}})
+	if err != nil {
+		return err
+	}
+	if err := c.Patch(ctx, m.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("annotating Machine %s/%s: %w", m.GetNamespace(), m.GetName(), err)
+	}
+	return nil
+}
+
+// Data is what a template may use.
+type Data struct {
+	// NodeName is the node's name.
+	NodeName string
+	// Reason is why: ReplaceNode or RecertificationExhausted.
+	Reason string
+	// Message is the failure in a sentence.
+	Message string
+}
+
+// Render makes the object a template describes: every string value is
+// executed as a Go text/template over data (never the structure, so a
+// value cannot inject fields), and the object is owned by owner. It must
+// name its apiVersion, kind and metadata.name.
+func Render(tmpl *runtime.RawExtension, data Data, owner metav1.OwnerReference) (*unstructured.Unstructured, error) {
+	if tmpl == nil || len(tmpl.Raw) == 0 {
+		return nil, permanent("the policy's handOff.template is empty")
+	}
+	var obj map[string]any
+	// apimachinery's decoder keeps whole numbers int64, as objects carry them.
+	if err := utiljson.Unmarshal(tmpl.Raw, &obj); err != nil {
+		return nil, permanent("handOff.template is not an object: %v", err)
+	}
+	rendered, err := render(obj, data)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: rendered.(map[string]any)}
+	if u.GetAPIVersion() == "" || u.GetKind() == "" || u.GetName() == "" {
+		return nil, permanent("handOff.template must set apiVersion, kind and metadata.name")
+	}
+	u.SetOwnerReferences(append(u.GetOwnerReferences(), owner))
+	u.SetResourceVersion("")
+	return u, nil
+}
+
+func render(v any, data Data) (any, error) {
+	switch x := v.(type) {
+	case string:
+		if !strings.Contains(x, "{{") {
+			return x, nil
+		}
+		t, err := template.New("handOff").Option("missingkey=error").Parse(x)
+		if err != nil {
+			return nil, permanent("handOff.template value %q: %v", x, err)
+		}
+		var b bytes.Buffer
+		if err := t.Execute(&b, data); err != nil {
+			return nil, permanent("handOff.template value %q: %v", x, err)
+		}
+		return b.String(), nil
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			r, err := render(e, data)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = r
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			r, err := render(e, data)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = r
+		}
+		return out, nil
+	}
+	return v, nil
+}
+
+// Get reads the object a rendered template names; nil when it does not
+// exist yet.
+func Get(ctx context.Context, r client.Reader, want *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(want.GroupVersionKind())
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), got)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, classify(err, want.GetKind()+" "+client.ObjectKeyFromObject(want).String())
+	}
+	return got, nil
+}
+
+// Create creates the rendered object; one that exists already is left as it is.
+func Create(ctx context.Context, c client.Client, want *unstructured.Unstructured) error {
+	err := c.Create(ctx, want.DeepCopy())
+	if err == nil || apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return fmt.Errorf("creating %s %s: %w", want.GetKind(), client.ObjectKeyFromObject(want), err)
+}
+
+// Describe names an object for a status: "Machine capi/m-1".
+func Describe(u *unstructured.Unstructured) string {
+	return u.GetKind() + " " + strings.TrimPrefix(client.ObjectKeyFromObject(u).String(), "/")
+}
+
+// Summarize is an object's status in a line: its conditions
+// ("Ready=False (Provisioning)", sorted by type) or else its phase; empty
+// when it reports neither.
+func Summarize(u *unstructured.Unstructured) string {
+	if u == nil {
+		return ""
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var parts []string
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		t, _ := m["type"].(string)
+		s, _ := m["status"].(string)
+		if t == "" {
+			continue
+		}
+		p := t + "=" + s
+		if r, _ := m["reason"].(string); r != "" {
+			p += " (" + r + ")"
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) > 0 {
+		sort.Strings(parts)
+		return strings.Join(parts, ", ")
+	}
+	if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase != "" {
+		return "phase " + phase
+	}
+	return ""
+}
