@@ -119,6 +119,15 @@ func init() {
 		for _, e := range fsm.Events() {
 			illegalTransitions.WithLabelValues(string(p), string(e))
 		}
+		phaseDuration.WithLabelValues(string(p))
+	}
+	// The repair series too, so the first repair of a kind is an
+	// increase() the MTTR rules see.
+	for _, a := range []gpuhealthv1alpha1.Action{gpuhealthv1alpha1.ActionRecertify, gpuhealthv1alpha1.ActionResetGPU,
+		gpuhealthv1alpha1.ActionRebootNode, gpuhealthv1alpha1.ActionContactSupport, gpuhealthv1alpha1.ActionReplaceNode} {
+		for _, o := range []string{outcomeRecertified, outcomeReleased, outcomeCancelled, outcomeFailed} {
+			repairDuration.WithLabelValues(string(a), o)
+		}
 	}
 }
 
