@@ -306,3 +306,27 @@ func TestChangedConfigurationRollsTheAgents(t *testing.T) {
 	g.Expect(hash("--set", "monitor.config.publish.qps=5")).NotTo(Equal(base))
 	g.Expect(hash("--set", "operator.workers=4")).To(Equal(base))
 }
+
+// TestGoodputTargetReachesTheAlert: metrics.prometheusRule.goodputTarget
+// replaces the default in GPUHealthGoodputLow's expression, and only there.
+func TestGoodputTargetReachesTheAlert(t *testing.T) {
+	g := NewWithT(t)
+	alert := func(args ...string) map[string]any {
+		objs := render(t, append([]string{"--set", "metrics.prometheusRule.enabled=true"}, args...)...)
+		rule := find(objs, "PrometheusRule", "gpuhealth")
+		g.Expect(rule).NotTo(BeNil())
+		groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+		for _, gr := range groups {
+			rules, _ := gr.(map[string]any)["rules"].([]any)
+			for _, r := range rules {
+				if m := r.(map[string]any); m["alert"] == "GPUHealthGoodputLow" {
+					return m
+				}
+			}
+		}
+		t.Fatal("no GPUHealthGoodputLow in the render")
+		return nil
+	}
+	g.Expect(alert()).To(HaveKeyWithValue("expr", "gpuhealth:goodput:ratio_avg1h < 0.95"))
+	g.Expect(alert("--set-json", "metrics.prometheusRule.goodputTarget=0.9")).To(HaveKeyWithValue("expr", "gpuhealth:goodput:ratio_avg1h < 0.9"))
+}

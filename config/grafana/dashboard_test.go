@@ -9,6 +9,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/rules"
 	"sigs.k8s.io/yaml"
@@ -114,8 +115,18 @@ func TestDashboardIsWellFormed(t *testing.T) {
 
 // series are an hour of the metrics the dashboard reads, shaped as a small
 // fleet exports them: two operator replicas during a hand-over, two nodes'
-// monitors.
+// monitors; gpu-2 failed with an XID 79, stranding the other member of its
+// ComputeDomain, after one repair a minute recertified and one released.
 const series = `load 1m
+	gpuhealth_node_gpus{node="gpu-1",pod="op-a"} 8x60
+	gpuhealth_node_gpus{node="gpu-2",pod="op-a"} 8x60
+	gpuhealth_node_gpus{node="gpu-2",pod="op-b"} 8x60
+	gpuhealth_node_gpus_out_of_service{node="gpu-2",phase="Failed",cause="fault",check="XID",code="79",pod="op-a"} 8x60
+	gpuhealth_computedomain_stranded_gpus{computedomain="team-a/train",pod="op-a"} 8x60
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="600"} 0+1x60
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="+Inf"} 0+1x60
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="released",le="600"} 0+1x60
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="released",le="+Inf"} 0+1x60
 	gpuhealth_nodehealth_phase{node="gpu-1",phase="Healthy",pod="op-a"} 1x60
 	gpuhealth_nodehealth_phase{node="gpu-1",phase="Failed",pod="op-a"} 0x60
 	gpuhealth_nodehealth_phase{node="gpu-2",phase="Healthy",pod="op-a"} 0x60
@@ -142,10 +153,19 @@ const series = `load 1m
 	gpuhealth_nodehealthevents_deleted_total{reason="retention"} 0+1x60
 `
 
-// queryFixture runs instant queries over series, as a rule evaluation does.
+// queryFixture runs instant queries over series and what the recording
+// rules record from them every minute of the hour, as a rule evaluation
+// does.
 func queryFixture(t *testing.T) rules.QueryFunc {
 	t.Helper()
-	return rules.EngineQueryFunc(promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000), promqltest.LoadedStorage(t, series))
+	g := NewWithT(t)
+	storage := promqltest.LoadedStorage(t, series)
+	query := rules.EngineQueryFunc(promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000), storage)
+	recording, err := promcheck.RecordingRules()
+	g.Expect(err).NotTo(HaveOccurred())
+	start := time.Unix(0, 0).UTC()
+	g.Expect(promcheck.Record(context.Background(), query, storage, recording, start, start.Add(60*time.Minute), time.Minute)).To(Succeed())
+	return query
 }
 
 // TestEveryQueryReturnsData runs each query at the end of the hour: a
@@ -187,6 +207,32 @@ func TestNodesNotHealthyFoldsReplicas(t *testing.T) {
 		return
 	}
 	t.Fatal("no panel Nodes by phase")
+}
+
+// TestGoodputCountsGPUs: of two nodes of eight GPUs, one failed, so half
+// the GPUs are in service; the failed node's GPUs show by phase and cause.
+func TestGoodputCountsGPUs(t *testing.T) {
+	g := NewWithT(t)
+	d := load(t)
+	query := queryFixture(t)
+	got := map[string]map[string]float64{}
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			v, err := query(context.Background(), promcheck.Expand(tg.Expr), time.Unix(3600, 0))
+			g.Expect(err).NotTo(HaveOccurred())
+			m := map[string]float64{}
+			for _, s := range v {
+				m[s.Metric.DropReserved(func(n string) bool { return n == model.MetricNameLabel }).String()] = s.F
+			}
+			got[p.Title+"/"+tg.RefID] = m
+		}
+	}
+	g.Expect(got).To(HaveKeyWithValue("Goodput/A", map[string]float64{"{}": 0.5}))
+	g.Expect(got).To(HaveKeyWithValue("Goodput/B", map[string]float64{"{}": 0.5}))
+	g.Expect(got).To(HaveKeyWithValue("GPUs out of service by phase/A", map[string]float64{`{phase="Failed"}`: 8}))
+	g.Expect(got).To(HaveKeyWithValue("GPUs out of service by cause/A", map[string]float64{`{cause="fault", check="XID", code="79"}`: 8}))
+	g.Expect(got).To(HaveKeyWithValue("Stranded GPUs/A", map[string]float64{"{}": 8}))
+	g.Expect(got).To(HaveKeyWithValue("Time to repair (7d)/A", map[string]float64{"{}": 300}), "the releases do not count")
 }
 
 // TestKustomizationShipsTheDashboard: `kubectl apply -k config/grafana`

@@ -2,6 +2,7 @@ package prometheus_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/promqltest"
@@ -18,8 +20,8 @@ import (
 	"github.com/gpuhealth/gpuhealth/hack/promcheck"
 )
 
-// loadRules reads the PrometheusRule and validates its spec as the rule
-// file Prometheus would load.
+// loadRules reads the PrometheusRule's alerts and validates its spec as
+// the rule file Prometheus would load.
 func loadRules(t *testing.T) []rulefmt.Rule {
 	t.Helper()
 	rules, err := promcheck.Alerts()
@@ -28,18 +30,48 @@ func loadRules(t *testing.T) []rulefmt.Rule {
 	return rules
 }
 
+// loadRecordingRules reads the PrometheusRule's recording rules, in the
+// order Prometheus evaluates them.
+func loadRecordingRules(t *testing.T) []rulefmt.Rule {
+	t.Helper()
+	rules, err := promcheck.RecordingRules()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	NewWithT(t).Expect(rules).NotTo(BeEmpty())
+	return rules
+}
+
 // TestRulesAreWellFormed: every alert has a severity, a summary, a
-// description and a runbook section that exists, and names only metrics
-// gpuhealth exports.
+// description and a runbook section that exists; every recording rule
+// follows the gpuhealth:<metric>:<operations> convention and reads only
+// series recorded above it; and all of them name only metrics gpuhealth
+// exports or records.
 func TestRulesAreWellFormed(t *testing.T) {
 	g := NewWithT(t)
 	known, err := promcheck.Known()
 	g.Expect(err).NotTo(HaveOccurred())
 	runbook, err := os.ReadFile(filepath.Join(promcheck.RepoRoot(), "docs", "alerts.md"))
 	g.Expect(err).NotTo(HaveOccurred())
+	all, err := promcheck.Rules()
+	g.Expect(err).NotTo(HaveOccurred())
 	names := map[string]bool{}
-	for _, r := range loadRules(t) {
-		g.Expect(r.Alert).NotTo(BeEmpty(), "only alerts, no recording rules")
+	recorded := map[string]bool{}
+	for _, r := range all {
+		unknown, err := promcheck.Unknown(r.Expr, known)
+		g.Expect(err).NotTo(HaveOccurred(), r.Alert+r.Record)
+		g.Expect(unknown).To(BeEmpty(), "%s names metrics no gpuhealth process exports", r.Alert+r.Record)
+		if r.Record != "" {
+			g.Expect(promcheck.CheckRecordingName(r.Record)).To(Succeed())
+			g.Expect(recorded).NotTo(HaveKey(r.Record), "recording rule names are unique")
+			read, err := promcheck.Metrics(r.Expr)
+			g.Expect(err).NotTo(HaveOccurred(), r.Record)
+			for _, m := range read {
+				if strings.Contains(m, ":") {
+					g.Expect(recorded).To(HaveKey(m), "%s reads %s, which a rule above it records", r.Record, m)
+				}
+			}
+			recorded[r.Record] = true
+			continue
+		}
 		g.Expect(names).NotTo(HaveKey(r.Alert), "alert names are unique")
 		names[r.Alert] = true
 		g.Expect(r.Alert).To(HavePrefix("GPUHealth"))
@@ -49,9 +81,10 @@ func TestRulesAreWellFormed(t *testing.T) {
 		anchor := strings.ToLower(r.Alert)
 		g.Expect(r.Annotations["runbook_url"]).To(HaveSuffix("docs/alerts.md#"+anchor), r.Alert)
 		g.Expect(string(runbook)).To(ContainSubstring("\n## "+r.Alert+"\n"), "docs/alerts.md has a section for %s", r.Alert)
-		unknown, err := promcheck.Unknown(r.Expr, known)
-		g.Expect(err).NotTo(HaveOccurred(), r.Alert)
-		g.Expect(unknown).To(BeEmpty(), "%s names metrics no gpuhealth process exports", r.Alert)
+	}
+	g.Expect(recorded).NotTo(BeEmpty())
+	for name := range recorded {
+		g.Expect(string(runbook)).To(ContainSubstring("`"+name+"`"), "docs/alerts.md explains %s", name)
 	}
 }
 
@@ -66,7 +99,9 @@ type alertCase struct {
 }
 
 // fire evaluates rule over the series and returns the label sets of its
-// firing alerts at c.at (the rule's own labels left out).
+// firing alerts at c.at (the rule's own labels left out). An alert that
+// reads recorded series gets the recording rules evaluated before it at
+// every step, as Prometheus's groups would.
 func fire(t *testing.T, r rulefmt.Rule, c alertCase) []map[string]string {
 	t.Helper()
 	g := NewWithT(t)
@@ -77,8 +112,17 @@ func fire(t *testing.T, r rulefmt.Rule, c alertCase) []map[string]string {
 	rule := rules.NewAlertingRule(r.Alert, expr, time.Duration(r.For), time.Duration(r.KeepFiringFor),
 		labels.FromMap(r.Labels), labels.FromMap(r.Annotations), labels.EmptyLabels(), "", true, slog.New(slog.DiscardHandler))
 	query := rules.EngineQueryFunc(engine, storage)
+	var recorder *promcheck.Recorder
+	if strings.Contains(r.Expr, "gpuhealth:") {
+		recorder, err = promcheck.NewRecorder(loadRecordingRules(t))
+		g.Expect(err).NotTo(HaveOccurred())
+	}
 	for ts := time.Duration(0); ts <= c.at; ts += time.Minute {
-		_, err := rule.Eval(context.Background(), 0, time.Unix(0, 0).UTC().Add(ts), query, nil, 0)
+		at := time.Unix(0, 0).UTC().Add(ts)
+		if recorder != nil {
+			g.Expect(recorder.Eval(context.Background(), query, storage, at)).To(Succeed())
+		}
+		_, err := rule.Eval(context.Background(), 0, at, query, nil, 0)
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	var out []map[string]string
@@ -170,6 +214,19 @@ var cases = map[string][]alertCase{
 			series: `gpuhealth_nodehealth_illegal_transitions_total{phase="Healthy",event="pass"} 1x40 2x20`},
 		{name: "none for an hour", at: 60 * time.Minute, series: `gpuhealth_nodehealth_illegal_transitions_total{phase="Healthy",event="pass"} 1x60`},
 	},
+	"GPUHealthGoodputLow": {
+		{name: "a quarter of the GPUs out for 40 minutes", at: 40 * time.Minute, firing: []map[string]string{{}},
+			series: fleet(4, 60) + `gpuhealth_node_gpus_out_of_service{node="gpu-1",phase="Failed",cause="fault",check="XID",code="79"} 8x60`},
+		{name: "out for 20 minutes only", at: 20 * time.Minute,
+			series: fleet(4, 60) + `gpuhealth_node_gpus_out_of_service{node="gpu-1",phase="Failed",cause="fault",check="XID",code="79"} 8x60`},
+		{name: "a two-minute outage keeps the hour above the target", at: 60 * time.Minute,
+			series: fleet(4, 60) + `gpuhealth_node_gpus_out_of_service{node="gpu-1",phase="Quarantined",cause="fault",check="XID",code="79"} _ 8x1 stale`},
+		{name: "the recorded hour under the target", at: 31 * time.Minute, firing: []map[string]string{{}},
+			series: `gpuhealth:goodput:ratio_avg1h 0.9x60`},
+		{name: "at the target", at: 60 * time.Minute, series: `gpuhealth:goodput:ratio_avg1h 0.95x60`},
+		{name: "no managed GPUs: no goodput, no alert", at: 60 * time.Minute,
+			series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Healthy"} 1x60`},
+	},
 	"GPUHealthNVMLUnavailable": {
 		{name: "nvml down", at: 16 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
 			series: "gpuhealth_monitor_source_up{node=\"gpu-1\",source=\"nvml\"} 0x20\n" +
@@ -206,6 +263,231 @@ func TestAlertsFire(t *testing.T) {
 						return
 					}
 					g.Expect(got).To(ConsistOf(c.firing))
+				})
+			}
+		})
+	}
+}
+
+// fleet is n managed nodes of eight GPUs each (gpu-1 …), exported for
+// minutes+1 samples from time zero.
+func fleet(n, minutes int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "gpuhealth_node_gpus{node=\"gpu-%d\"} 8x%d\n", i, minutes)
+	}
+	return b.String()
+}
+
+// recordCase is a recording rule's expected series at one time: the series
+// loaded at one sample a minute from time zero, every recording rule
+// evaluated every minute up to at, and the rule's series then by their
+// labels (the name left out; "{}" for none) with their values.
+type recordCase struct {
+	name   string
+	series string
+	at     time.Duration
+	want   map[string]float64
+}
+
+// outFor is node's out-of-service series, present from minute from to
+// minute to (both included) and stale after, in phase with cause and the
+// labels (check, code) it carries.
+func outFor(node, phase, cause, labels string, from, to int) string {
+	if labels != "" {
+		labels = "," + labels
+	}
+	return fmt.Sprintf("gpuhealth_node_gpus_out_of_service{node=%q,phase=%q,cause=%q%s} %s8x%d stale\n",
+		node, phase, cause, labels, strings.Repeat("_ ", from), to-from)
+}
+
+// quarantine is gpu-1 out for a fault from minute 1 to 30: quarantined,
+// draining, then recertifying, ten minutes each.
+var quarantine = outFor("gpu-1", "Quarantined", "fault", `check="XID",code="79"`, 1, 10) +
+	outFor("gpu-1", "Draining", "fault", `check="XID",code="79"`, 11, 20) +
+	outFor("gpu-1", "Recertifying", "fault", `check="XID",code="79"`, 21, 30)
+
+// repairs are a week's repair histogram: four ResetGPU repairs recertified
+// within 10 to 30 minutes, one RebootNode repair failed after 30 to 60
+// minutes, and ten ResetGPU quarantines released and five cancelled within
+// a minute, which must not count.
+const repairs = `	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="60"} 0x60
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="600"} 0x60
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="1800"} 0x30 4x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="3600"} 0x30 4x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="+Inf"} 0x30 4x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="RebootNode",outcome="failed",le="60"} 0x60
+	gpuhealth_node_repair_duration_seconds_bucket{action="RebootNode",outcome="failed",le="600"} 0x60
+	gpuhealth_node_repair_duration_seconds_bucket{action="RebootNode",outcome="failed",le="1800"} 0x60
+	gpuhealth_node_repair_duration_seconds_bucket{action="RebootNode",outcome="failed",le="3600"} 0x30 1x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="RebootNode",outcome="failed",le="+Inf"} 0x30 1x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="released",le="60"} 0x30 10x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="released",le="600"} 0x30 10x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="released",le="1800"} 0x30 10x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="released",le="3600"} 0x30 10x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="released",le="+Inf"} 0x30 10x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="cancelled",le="60"} 0x30 5x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="cancelled",le="600"} 0x30 5x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="cancelled",le="1800"} 0x30 5x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="cancelled",le="3600"} 0x30 5x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="cancelled",le="+Inf"} 0x30 5x30
+`
+
+// releasesOnly are a week in which every quarantine was released.
+const releasesOnly = `	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="released",le="60"} 0x30 10x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="released",le="+Inf"} 0x30 10x30
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="60"} 0x60
+	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="+Inf"} 0x60
+`
+
+// stranded is ComputeDomain team-a/train left with 24 GPUs it cannot use
+// while gpu-1 is out.
+const stranded = `gpuhealth_computedomain_stranded_gpus{computedomain="team-a/train"} _ 24x29 stale
+`
+
+// none is no managed node (the metric gpuhealth always exports, and no GPU
+// gauge).
+const none = `gpuhealth_nodehealth_phase{node="gpu-1",phase="Healthy"} 1x130
+`
+
+// recordCases holds every recording rule's cases; TestRecordingRules fails
+// for a rule without one.
+var recordCases = map[string][]recordCase{
+	"gpuhealth:node_gpus:sum": {
+		{name: "four nodes of eight", series: fleet(4, 60), at: 30 * time.Minute, want: map[string]float64{"{}": 32}},
+		{name: "two replicas during a hand-over count a node once", at: 30 * time.Minute, want: map[string]float64{"{}": 8},
+			series: "gpuhealth_node_gpus{node=\"gpu-1\",pod=\"a\"} 8x60\ngpuhealth_node_gpus{node=\"gpu-1\",pod=\"b\"} 8x60\n"},
+		{name: "no managed node: no result", series: none, at: 30 * time.Minute},
+	},
+	"gpuhealth:node_gpus_out_of_service:sum": {
+		{name: "one node out", series: fleet(4, 60) + quarantine, at: 15 * time.Minute, want: map[string]float64{"{}": 8}},
+		{name: "none out is 0", series: fleet(4, 60) + quarantine, at: 45 * time.Minute, want: map[string]float64{"{}": 0}},
+		{name: "no managed node: no result", series: none, at: 30 * time.Minute},
+	},
+	"gpuhealth:node_gpus_in_service:sum": {
+		{name: "one node out", series: fleet(4, 60) + quarantine, at: 15 * time.Minute, want: map[string]float64{"{}": 24}},
+		{name: "every node out is 0", at: 15 * time.Minute, want: map[string]float64{"{}": 0},
+			series: fleet(1, 60) + outFor("gpu-1", "Maintenance", "maintenance", "", 0, 60)},
+	},
+	"gpuhealth:goodput:ratio": {
+		{name: "a quarter out", series: fleet(4, 60) + quarantine, at: 15 * time.Minute, want: map[string]float64{"{}": 0.75}},
+		{name: "back in service", series: fleet(4, 60) + quarantine, at: 45 * time.Minute, want: map[string]float64{"{}": 1}},
+		{name: "no out-of-service series at all", series: fleet(4, 60), at: 30 * time.Minute, want: map[string]float64{"{}": 1}},
+		{name: "no managed node: no result, not 1", series: none, at: 30 * time.Minute},
+		{name: "managed nodes without GPUs: no result, not NaN", series: `gpuhealth_node_gpus{node="gpu-1"} 0x60`, at: 30 * time.Minute},
+	},
+	"gpuhealth:goodput:ratio_avg1h": {
+		{name: "one of four nodes out for 30 of 60 minutes", series: fleet(4, 130) + quarantine, at: 60 * time.Minute,
+			want: map[string]float64{"{}": 0.875}},
+		{name: "an hour after it returned", series: fleet(4, 130) + quarantine, at: 91 * time.Minute, want: map[string]float64{"{}": 1}},
+		{name: "no out-of-service series at all", series: fleet(4, 60), at: 60 * time.Minute, want: map[string]float64{"{}": 1}},
+		{name: "GPU-hours, not an average of ratios: a node joins half-way", at: 60 * time.Minute,
+			// 30 minutes of 8 GPUs out of 8, then 30 of 8 out of 16.
+			series: "gpuhealth_node_gpus{node=\"gpu-1\"} 8x60\ngpuhealth_node_gpus{node=\"gpu-2\"} _x31 8x29\n" +
+				outFor("gpu-2", "Certifying", "certification", "", 31, 60),
+			want: map[string]float64{"{}": 8.0 * 60 / (8*60 + 8*30)}},
+		{name: "no managed node: no result", series: none, at: 60 * time.Minute},
+	},
+	"gpuhealth:goodput:ratio_avg24h": {
+		// The window holds minute 0 too: 91 samples of 32 in service, 30 of 24.
+		{name: "one node out for 30 minutes in two hours", series: fleet(4, 130) + quarantine, at: 120 * time.Minute,
+			want: map[string]float64{"{}": (91*32 + 30*24) / 121.0 / 32}},
+	},
+	"gpuhealth:goodput:ratio_avg7d": {
+		{name: "one node out for 30 minutes in two hours", series: fleet(4, 130) + quarantine, at: 120 * time.Minute,
+			want: map[string]float64{"{}": (91*32 + 30*24) / 121.0 / 32}},
+	},
+	"gpuhealth:node_gpus_out_of_service:sum_by_phase": {
+		{name: "draining", series: fleet(4, 60) + quarantine, at: 15 * time.Minute, want: map[string]float64{`{phase="Draining"}`: 8}},
+		{name: "two phases", at: 25 * time.Minute,
+			series: fleet(4, 60) + quarantine + outFor("gpu-2", "Maintenance", "maintenance", "", 0, 60) + outFor("gpu-3", "Healthy", "cordoned", "", 0, 60),
+			want:   map[string]float64{`{phase="Recertifying"}`: 8, `{phase="Maintenance"}`: 8, `{phase="Healthy"}`: 8}},
+		{name: "all in service: no series", series: fleet(4, 60) + quarantine, at: 45 * time.Minute},
+	},
+	"gpuhealth:node_gpus_out_of_service:sum_by_cause": {
+		{name: "a fault, a maintenance and a cordon", at: 15 * time.Minute,
+			series: fleet(4, 60) + quarantine + outFor("gpu-2", "Maintenance", "maintenance", "", 0, 60) +
+				outFor("gpu-3", "Quarantined", "fault", `check="NVLink",code="RowRemapFailure"`, 0, 60) + outFor("gpu-4", "Healthy", "cordoned", "", 0, 60),
+			want: map[string]float64{
+				`{cause="fault", check="XID", code="79"}`: 8, `{cause="fault", check="NVLink", code="RowRemapFailure"}`: 8,
+				`{cause="maintenance"}`: 8, `{cause="cordoned"}`: 8,
+			}},
+		{name: "two replicas during a hand-over count a node once", at: 15 * time.Minute, want: map[string]float64{`{cause="request"}`: 8},
+			series: fleet(4, 60) + "gpuhealth_node_gpus_out_of_service{node=\"gpu-1\",phase=\"Recertifying\",cause=\"request\",pod=\"a\"} 8x60\n" +
+				"gpuhealth_node_gpus_out_of_service{node=\"gpu-1\",phase=\"Recertifying\",cause=\"request\",pod=\"b\"} 8x60\n"},
+	},
+	"gpuhealth:node_gpu_hours_out_of_service:sum_by_cause_24h": {
+		{name: "8 GPUs for 30 minutes, and 8 for an hour", at: 60 * time.Minute,
+			series: fleet(4, 60) + quarantine + outFor("gpu-2", "Maintenance", "maintenance", "", 1, 60),
+			want:   map[string]float64{`{cause="fault"}`: 4, `{cause="maintenance"}`: 8}},
+	},
+	"gpuhealth:computedomain_stranded_gpus:max": {
+		{name: "stranded while a member is out", series: fleet(4, 60) + quarantine + stranded, at: 15 * time.Minute,
+			want: map[string]float64{`{computedomain="team-a/train"}`: 24}},
+		{name: "none after", series: fleet(4, 60) + quarantine + stranded, at: 45 * time.Minute},
+	},
+	"gpuhealth:computedomain_stranded_gpus:sum": {
+		{name: "stranded while a member is out", series: fleet(4, 60) + quarantine + stranded, at: 15 * time.Minute,
+			want: map[string]float64{"{}": 24}},
+		{name: "none stranded is 0", series: fleet(4, 60) + quarantine + stranded, at: 45 * time.Minute, want: map[string]float64{"{}": 0}},
+	},
+	"gpuhealth:computedomain_stranded_gpu_hours:sum_24h": {
+		{name: "24 GPUs for 30 minutes", series: fleet(4, 60) + quarantine + stranded, at: 60 * time.Minute, want: map[string]float64{"{}": 12}},
+	},
+	// With the releases and cancels the median would be under a minute.
+	"gpuhealth:node_repair_duration_seconds:p50_7d": {
+		{name: "recertified and failed repairs only", series: repairs, at: 60 * time.Minute, want: map[string]float64{"{}": 600 + 1200*2.5/4}},
+		{name: "only releases: no result, not NaN", series: releasesOnly, at: 60 * time.Minute},
+	},
+	"gpuhealth:node_repair_duration_seconds:p90_7d": {
+		{name: "recertified and failed repairs only", series: repairs, at: 60 * time.Minute, want: map[string]float64{"{}": 1800 + 1800*0.5}},
+	},
+	"gpuhealth:node_repair_duration_seconds:p50_7d_by_action": {
+		{name: "recertified and failed repairs only", series: repairs, at: 60 * time.Minute,
+			want: map[string]float64{`{action="ResetGPU"}`: 600 + 1200*0.5, `{action="RebootNode"}`: 1800 + 1800*0.5}},
+		{name: "only releases: no result, not NaN", series: releasesOnly, at: 60 * time.Minute},
+	},
+	"gpuhealth:node_repair_duration_seconds:p90_7d_by_action": {
+		{name: "recertified and failed repairs only", series: repairs, at: 60 * time.Minute,
+			want: map[string]float64{`{action="ResetGPU"}`: 600 + 1200*0.9, `{action="RebootNode"}`: 1800 + 1800*0.9}},
+	},
+}
+
+// record evaluates every recording rule over c.series each minute up to
+// c.at and returns rule's series then, by their labels.
+func record(t *testing.T, rule string, c recordCase) map[string]float64 {
+	t.Helper()
+	g := NewWithT(t)
+	storage := promqltest.LoadedStorage(t, "load 1m\n"+c.series)
+	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 10_000_000)
+	query := rules.EngineQueryFunc(engine, storage)
+	start := time.Unix(0, 0).UTC()
+	g.Expect(promcheck.Record(context.Background(), query, storage, loadRecordingRules(t), start, start.Add(c.at), time.Minute)).To(Succeed())
+	v, err := query(context.Background(), rule, start.Add(c.at))
+	g.Expect(err).NotTo(HaveOccurred())
+	out := map[string]float64{}
+	for _, s := range v {
+		out[s.Metric.DropReserved(func(n string) bool { return n == model.MetricNameLabel }).String()] = s.F
+	}
+	return out
+}
+
+// TestRecordingRules runs every recording rule against its cases.
+func TestRecordingRules(t *testing.T) {
+	for _, r := range loadRecordingRules(t) {
+		t.Run(r.Record, func(t *testing.T) {
+			cs := recordCases[r.Record]
+			if len(cs) == 0 {
+				t.Fatalf("recording rule %s has no test case", r.Record)
+			}
+			for _, c := range cs {
+				t.Run(c.name, func(t *testing.T) {
+					g := NewWithT(t)
+					got := record(t, r.Record, c)
+					g.Expect(got).To(HaveLen(len(c.want)), "%v", got)
+					for k, v := range c.want {
+						g.Expect(got).To(HaveKeyWithValue(k, BeNumerically("~", v, 1e-9)), "%v", got)
+					}
 				})
 			}
 		})

@@ -1,7 +1,10 @@
-// Package promcheck checks the PromQL the project ships (alert rules in
-// config/prometheus, the dashboard in config/grafana) against Prometheus's
-// own parser and against the metrics gpuhealth really exports, so a renamed
-// metric breaks a test instead of silently emptying a panel or an alert.
+// Package promcheck checks the PromQL the project ships (alert and
+// recording rules in config/prometheus, the dashboard in config/grafana)
+// against Prometheus's own parser and against the metrics gpuhealth really
+// exports, so a renamed metric breaks a test instead of silently emptying a
+// panel or an alert. It also evaluates the recording rules over stored
+// series as Prometheus's rule manager would, for the tests and the
+// dashboard picture (hack/dashboard).
 package promcheck
 
 import (
@@ -41,8 +44,19 @@ var External = map[string]bool{
 // histogramSuffixes are the series a histogram exports beside its name.
 var histogramSuffixes = []string{"_bucket", "_sum", "_count"}
 
-// metricName matches the Name of a prometheus.*Opts literal.
-var metricName = regexp.MustCompile(`Name:\s+"(gpuhealth_[a-z0-9_]+)"`)
+// metricName matches the Name of a prometheus.*Opts literal, or the name
+// a custom collector's prometheus.NewDesc gives.
+var metricName = regexp.MustCompile(`(?:Name:\s+|NewDesc\(\s*)"(gpuhealth_[a-z0-9_]+)"`)
+
+// declaredNames returns the gpuhealth_* metric names the Go source src
+// declares.
+func declaredNames(src []byte) []string {
+	var out []string
+	for _, m := range metricName.FindAllSubmatch(src, -1) {
+		out = append(out, string(m[1]))
+	}
+	return out
+}
 
 // RepoRoot is the repository's root, found from this file.
 func RepoRoot() string {
@@ -51,8 +65,28 @@ func RepoRoot() string {
 }
 
 // Known returns the gpuhealth_* metric names declared in the non-test Go
-// files of the operator's and the monitor's packages.
+// files of the operator's and the monitor's packages (prometheus.*Opts
+// literals and custom collectors' descriptors), and the names the
+// recording rules of config/prometheus/rules.yaml record (which alerts and
+// panels read like any other metric).
 func Known() (map[string]bool, error) {
+	known, err := exportedNames()
+	if err != nil {
+		return nil, err
+	}
+	recording, err := RecordingRules()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recording {
+		known[r.Record] = true
+	}
+	return known, nil
+}
+
+// exportedNames returns the gpuhealth_* metric names declared in the
+// non-test Go files of the operator's and the monitor's packages.
+func exportedNames() (map[string]bool, error) {
 	known := map[string]bool{}
 	root := RepoRoot()
 	for _, dir := range []string{"controllers", "monitors", "remediation", "cmd"} {
@@ -64,8 +98,8 @@ func Known() (map[string]bool, error) {
 			if err != nil {
 				return err
 			}
-			for _, m := range metricName.FindAllSubmatch(b, -1) {
-				known[string(m[1])] = true
+			for _, name := range declaredNames(b) {
+				known[name] = true
 			}
 			return nil
 		})
@@ -140,10 +174,40 @@ func inSet(name string, set map[string]bool) bool {
 	return false
 }
 
-// Alerts reads config/prometheus/rules.yaml and returns its rules, checked
-// by Prometheus's own rule loader.
+// RulesFile is the shipped PrometheusRule.
+var RulesFile = filepath.Join(RepoRoot(), "config", "prometheus", "rules.yaml")
+
+// Alerts returns the alerting rules of config/prometheus/rules.yaml, in
+// file order.
 func Alerts() ([]rulefmt.Rule, error) {
-	path := filepath.Join(RepoRoot(), "config", "prometheus", "rules.yaml")
+	return filterRules(func(r rulefmt.Rule) bool { return r.Alert != "" })
+}
+
+// RecordingRules returns the recording rules of
+// config/prometheus/rules.yaml, in file order: the order Prometheus
+// evaluates them in, so a rule may read the ones before it.
+func RecordingRules() ([]rulefmt.Rule, error) {
+	return filterRules(func(r rulefmt.Rule) bool { return r.Record != "" })
+}
+
+func filterRules(keep func(rulefmt.Rule) bool) ([]rulefmt.Rule, error) {
+	all, err := Rules()
+	if err != nil {
+		return nil, err
+	}
+	var out []rulefmt.Rule
+	for _, r := range all {
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Rules reads config/prometheus/rules.yaml and returns all its rules, in
+// file order, checked by Prometheus's own rule loader.
+func Rules() ([]rulefmt.Rule, error) {
+	path := RulesFile
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -178,12 +242,16 @@ func Alerts() ([]rulefmt.Rule, error) {
 // DashboardFile is the shipped Grafana dashboard.
 var DashboardFile = filepath.Join(RepoRoot(), "config", "grafana", "gpuhealth-dashboard.json")
 
-// Query is one query of a dashboard panel.
+// Query is one query of a dashboard panel: the title of the row the panel
+// sits under ("" above the first row), the panel's title, type and unit
+// (Grafana's, for example percentunit or s; "" when not set), the query's
+// refId, expression and legend format as written.
 type Query struct {
-	Panel, RefID, Expr string
+	Row, Panel, Type, Unit, RefID, Expr, Legend string
 }
 
-// DashboardQueries returns every query of the shipped dashboard, as written.
+// DashboardQueries returns every query of the shipped dashboard, as written,
+// in the dashboard's order.
 func DashboardQueries() ([]Query, error) {
 	b, err := os.ReadFile(DashboardFile)
 	if err != nil {
@@ -191,10 +259,17 @@ func DashboardQueries() ([]Query, error) {
 	}
 	var d struct {
 		Panels []struct {
-			Title   string `json:"title"`
+			Title       string `json:"title"`
+			Type        string `json:"type"`
+			FieldConfig struct {
+				Defaults struct {
+					Unit string `json:"unit"`
+				} `json:"defaults"`
+			} `json:"fieldConfig"`
 			Targets []struct {
-				Expr  string `json:"expr"`
-				RefID string `json:"refId"`
+				Expr   string `json:"expr"`
+				RefID  string `json:"refId"`
+				Legend string `json:"legendFormat"`
 			} `json:"targets"`
 		} `json:"panels"`
 	}
@@ -202,9 +277,14 @@ func DashboardQueries() ([]Query, error) {
 		return nil, fmt.Errorf("%s: %w", DashboardFile, err)
 	}
 	var out []Query
+	row := ""
 	for _, p := range d.Panels {
+		if p.Type == "row" {
+			row = p.Title
+			continue
+		}
 		for _, t := range p.Targets {
-			out = append(out, Query{Panel: p.Title, RefID: t.RefID, Expr: t.Expr})
+			out = append(out, Query{Row: row, Panel: p.Title, Type: p.Type, Unit: p.FieldConfig.Defaults.Unit, RefID: t.RefID, Expr: t.Expr, Legend: t.Legend})
 		}
 	}
 	return out, nil

@@ -22,13 +22,16 @@ imagePullPolicy: {{ $c.image.pullPolicy | default .Values.image.pullPolicy }}
 A generated file of files/ as one YAML document per "---", each with the
 release's labels (and .labels, when given) added. A namespaced object goes
 to .namespace, or the release's namespace; a binding's subjects are the
-release's service accounts.
+release's service accounts. Each key of .replace found in the file's
+text is replaced by its value first.
 */}}
 {{- define "gpuhealth.documents" -}}
 {{- $root := .root -}}
 {{- $namespace := .namespace | default $root.Release.Namespace -}}
 {{- $extra := .labels | default dict -}}
-{{- range $doc := regexSplit "(?m)^---\\s*$" ($root.Files.Get .file) -1 }}
+{{- $text := $root.Files.Get .file -}}
+{{- range $old, $new := .replace | default dict }}{{ $text = replace $old $new $text }}{{ end -}}
+{{- range $doc := regexSplit "(?m)^---\\s*$" $text -1 }}
 {{- $obj := fromYaml $doc }}
 {{- if $obj }}
 {{- $meta := $obj.metadata }}
