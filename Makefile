@@ -34,6 +34,10 @@ MODFILES := go.mod go.sum
 GO_TEST_FLAGS ?= -count=1
 IMAGE_TAG ?= dev
 OUTPUT ?= $(CURDIR)/_output
+# The operator's metrics as make e2e records them (hack/recording's format),
+# and what make dashboard-png draws from them.
+E2E_METRICS ?= $(OUTPUT)/e2e/operator-metrics.txt
+DASHBOARD_PNG ?= docs/dashboard.png
 
 ##@ General
 
@@ -122,14 +126,19 @@ fuzz: ## Run every parser's fuzz target briefly (FUZZTIME each; longer: make fuz
 	  go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; done
 
 .PHONY: e2e
-e2e: controlplane $(HELM) image ## End-to-end suite: the real binaries on a local kwok cluster, installed with the chart, and the images (GPUHEALTH_E2E_KEEP=1 keeps the logs).
-	HELM=$(HELM) GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) go test -tags e2e -count=1 -timeout 25m ./e2e/
+e2e: controlplane $(HELM) image ## End-to-end suite: the real binaries on a local kwok cluster, installed with the chart, and the images (GPUHEALTH_E2E_KEEP=1 keeps the logs); records the operator's metrics in E2E_METRICS for dashboard-png.
+	HELM=$(HELM) GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) GPUHEALTH_E2E_METRICS=$(E2E_METRICS) go test -tags e2e -count=1 -timeout 25m ./e2e/
 
 .PHONY: e2e-node
 e2e-node: controlplane $(HELM) image ## Real-node tier: a kubelet with containerd on this machine (hack/realnode.sh), the chart installed, real pods (GPUHEALTH_E2E_KEEP=1 keeps the node up).
 	HELM=$(HELM) hack/controlplane.sh node >/dev/null
 	rc=0; GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) go test -tags e2enode -count=1 -v -timeout 15m ./e2e/realnode/ || rc=$$?; \
 	  if [ -z "$$GPUHEALTH_E2E_KEEP" ]; then hack/realnode.sh down >/dev/null 2>&1 || true; fi; exit $$rc
+
+.PHONY: dashboard-png
+dashboard-png: ## Draw the dashboard's Goodput row into docs/dashboard.png from the operator metrics the last make e2e recorded in _output/e2e/operator-metrics.txt (other files: E2E_METRICS=…, DASHBOARD_PNG=…).
+	@test -s $(E2E_METRICS) || { echo "no recording at $(E2E_METRICS): run make e2e first (or set E2E_METRICS)"; exit 1; }
+	go run ./hack/dashboard -in $(E2E_METRICS) -out $(DASHBOARD_PNG)
 
 .PHONY: demo
 demo: $(HELM) ## Start a local cluster with 4 fake GPU nodes, the operator and monitors; inject XID 79 and watch it heal.

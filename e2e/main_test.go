@@ -66,12 +66,21 @@ func run(m *testing.M) int {
 		OperatorArgs: []string{"--event-retention=" + eventRetention.String(), "--compute-domain-discovery-interval=1s"},
 	})
 	code := 1
+	var metrics *framework.MetricsRecorder
 	if err != nil {
 		logf("setting up: %v", err)
 	} else {
 		SetDefaultEventuallyTimeout(2 * time.Minute)
 		SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+		// The operator's gpuhealth_ metrics for the whole run, for the
+		// dashboard picture (make dashboard-png).
+		if metrics, err = framework.RecordMetrics(env.Operator.Metrics, filepath.Join(dir, "operator-metrics.txt"), 2*time.Second); err != nil {
+			logf("recording the operator's metrics: %v", err)
+		}
 		code = m.Run()
+	}
+	if metrics != nil {
+		saveMetrics(metrics, logf)
 	}
 	keep := code != 0 || os.Getenv("GPUHEALTH_E2E_KEEP") != ""
 	if err := env.Teardown(ctx, keep); err != nil {
@@ -83,4 +92,21 @@ func run(m *testing.M) int {
 		_ = os.RemoveAll(dir)
 	}
 	return code
+}
+
+// saveMetrics stops the recording of the operator's metrics and copies it
+// to $GPUHEALTH_E2E_METRICS, when set (make e2e sets it), which outlives
+// the run's folder.
+func saveMetrics(r *framework.MetricsRecorder, logf func(string, ...any)) {
+	if err := r.Stop(); err != nil {
+		logf("recording the operator's metrics: %v", err)
+	}
+	logf("the operator's metrics are recorded in %s", r.Path)
+	if path := os.Getenv("GPUHEALTH_E2E_METRICS"); path != "" {
+		if err := r.CopyTo(path); err != nil {
+			logf("copying the operator's metrics: %v", err)
+			return
+		}
+		logf("and copied to %s (make dashboard-png draws them)", path)
+	}
 }
