@@ -44,6 +44,9 @@ func (r *Reconciler) observeHandOff(ctx context.Context, o *observation) (*handO
 		if t.want, err = handoff.Render(spec.Template, handOffData(o), owner); err == nil {
 			t.obj, err = handoff.Get(ctx, r.APIReader, t.want)
 		}
+		if err == nil && t.obj == nil && o.nh.Status.HandOff == nil {
+			err = handoff.Check(ctx, r.Client, t.want)
+		}
 	default:
 		return nil, nil
 	}

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -110,4 +111,57 @@ func TestReplaceNodeHandedOffToClusterAPI(t *testing.T) {
 	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
 	h.g.Expect(nh.Status.HandOff).To(BeNil())
 	h.g.Expect(nh.Status.Outage).To(BeNil())
+}
+
+// TestTemplateHandOff: against a real apiserver, a template that cannot be
+// created (its namespace does not exist) is found out by a dry run and
+// recorded as a failed hand-off, once; retried under a template that can,
+// the object is created with the node's name and reason, owned by the
+// NodeHealth, and its status is shown.
+func TestTemplateHandOff(t *testing.T) {
+	h := newHarness(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.label}}
+	h.g.Expect(k8sClient.Create(h.ctx, ns)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
+	template := func(namespace string) *runtime.RawExtension {
+		return &runtime.RawExtension{Raw: []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"repair-{{.NodeName}}","namespace":"` +
+			namespace + `"},"data":{"node":"{{.NodeName}}","reason":"{{.Reason}}"}}`)}
+	}
+	p := h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Remediation.HandOff = &gpuhealthv1alpha1.HandOffSpec{Type: gpuhealthv1alpha1.HandOffTemplate, Template: template("no-such-namespace")}
+		s.Rules = []gpuhealthv1alpha1.Rule{{Name: "replace", Match: gpuhealthv1alpha1.RuleMatch{Codes: []string{"79"}},
+			Verdict: gpuhealthv1alpha1.VerdictQuarantine, Action: gpuhealthv1alpha1.ActionReplaceNode}}
+	})
+	n := h.node("a", nil)
+	h.reconcile(n.Name)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79")
+	h.clock.Step(time.Second)
+	h.reconcile(n.Name)
+	nh := h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(failed))
+	h.g.Expect(nh.Status.HandOff).NotTo(BeNil())
+	h.g.Expect(nh.Status.HandOff.State).To(Equal(gpuhealthv1alpha1.HandOffFailed))
+	h.g.Expect(nh.Status.HandOff.Message).To(ContainSubstring("no-such-namespace"))
+	history := len(nh.Status.History)
+	h.reconcile(n.Name)
+	h.g.Expect(h.nodeHealth(n.Name).Status.History).To(HaveLen(history), "recorded once")
+
+	h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+	p.Spec.Remediation.HandOff.Template = template(h.label)
+	h.g.Expect(k8sClient.Update(h.ctx, p)).To(Succeed())
+	nh = h.nodeHealth(n.Name)
+	nh.Spec.Request = &gpuhealthv1alpha1.ManualRequest{Action: gpuhealthv1alpha1.RequestRecertify, ID: "again"}
+	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
+	h.clock.Step(time.Minute)
+	h.reconcile(n.Name)
+	nh = h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(failed))
+	h.g.Expect(nh.Status.HandOff.State).To(Equal(gpuhealthv1alpha1.HandOffDone))
+	h.g.Expect(nh.Status.HandOff.Target).To(Equal("ConfigMap " + h.label + "/repair-" + n.Name))
+	cm := &corev1.ConfigMap{}
+	h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKey{Namespace: h.label, Name: "repair-" + n.Name}, cm)).To(Succeed())
+	h.g.Expect(cm.Data).To(Equal(map[string]string{"node": n.Name, "reason": "ReplaceNode"}))
+	h.g.Expect(cm.OwnerReferences).To(HaveLen(1))
+	h.g.Expect(cm.OwnerReferences[0].Kind).To(Equal("NodeHealth"))
+	h.g.Expect(cm.OwnerReferences[0].UID).To(Equal(nh.UID))
 }

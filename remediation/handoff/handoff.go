@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -85,6 +86,8 @@ func GetMachine(ctx context.Context, c client.Client, r client.Reader, n *corev1
 // classify turns a read's error into a permanent one where retrying cannot help.
 func classify(err error, what string) error {
 	switch {
+	case meta.IsNoMatchError(err):
+		return permanent("the apiserver does not serve the kind of %s: %v", what, err)
 	case apierrors.IsNotFound(err):
 		return permanent("%s not found", what)
 	case apierrors.IsForbidden(err):
@@ -199,6 +202,20 @@ func Get(ctx context.Context, r client.Reader, want *unstructured.Unstructured) 
 		return nil, classify(err, want.GetKind()+" "+client.ObjectKeyFromObject(want).String())
 	}
 	return got, nil
+}
+
+// Check asks the apiserver, in a dry run, whether the rendered object can
+// be created: a namespace that does not exist, a schema the object breaks
+// or missing RBAC is permanent, found before anything is written.
+func Check(ctx context.Context, c client.Client, want *unstructured.Unstructured) error {
+	err := c.Create(ctx, want.DeepCopy(), client.DryRunAll)
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return nil
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return permanent("%s cannot be created: %v", Describe(want), err)
+	}
+	return classify(err, Describe(want))
 }
 
 // Create creates the rendered object; one that exists already is left as it is.

@@ -6,9 +6,12 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 var owner = metav1.OwnerReference{APIVersion: "gpuhealth.dev/v1alpha1", Kind: "NodeHealth", Name: "gpu-7", UID: "u-1"}
@@ -74,4 +77,18 @@ func TestSummarize(t *testing.T) {
 		"junk",
 	}}
 	g.Expect(Summarize(u)).To(Equal("HealthCheckSucceeded=False (HasRemediateAnnotation), Ready=False (Deleting)"))
+}
+
+func TestClassify(t *testing.T) {
+	g := NewWithT(t)
+	gr := schema.GroupResource{Group: "repair.example.com", Resource: "repairrequests"}
+	for _, err := range []error{
+		apierrors.NewNotFound(gr, "x"),
+		apierrors.NewForbidden(gr, "x", errors.New("no RBAC")),
+		&meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: "repair.example.com", Kind: "RepairRequest"}},
+	} {
+		g.Expect(errors.Is(classify(err, "RepairRequest infra/x"), ErrPermanent)).To(BeTrue(), "%v", err)
+	}
+	transient := classify(apierrors.NewServerTimeout(gr, "get", 1), "RepairRequest infra/x")
+	g.Expect(errors.Is(transient, ErrPermanent)).To(BeFalse(), "retried")
 }
