@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -229,6 +230,8 @@ func TestHandOffs(t *testing.T) {
 		g.Expect(h).NotTo(BeNil())
 		return string(h.Type) + " " + string(h.State) + " " + h.Target
 	}).Should(Equal("Template HandedOff RepairRequest capi-e2e/repair-" + name))
+	g.Expect(env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: "capi-e2e", Name: "m-2"}, m)).To(Succeed())
+	g.Expect(m.GetAnnotations()).NotTo(HaveKey(handoff.RemediateMachineAnnotation), "the retry took the Machine's remediation back")
 	rr := &unstructured.Unstructured{}
 	rr.SetGroupVersionKind(repairGVK)
 	g.Expect(env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: "capi-e2e", Name: "repair-" + name}, rr)).To(Succeed())
@@ -244,11 +247,12 @@ func TestHandOffs(t *testing.T) {
 	g.Expect(gpuHealthy(g, name).LastTransitionTime.Time).To(Equal(ltt), "still the time it turned False")
 	g.Expect(sum(operatorSamples(g, "gpuhealth_nodehealth_handoffs_total", `result="HandedOff"`))).To(BeNumerically(">=", 2))
 
-	patchPolicy(t, `{"spec":{"recertification":{"steps":`+kwokStep+`},"remediation":{"handOff":null}}}`)
+	patchPolicy(t, `{"spec":{"recertification":{"steps":`+kwokStep+`}}}`)
 	request(t, name, "Release", "e2e-handoff-release", "replaced by the e2e suite")
 	g.Eventually(phase(name)).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	g.Eventually(func(g Gomega) bool { return quarantined(g, name) }).Should(BeFalse())
 	g.Expect(nodeHealth(g, name).Status.HandOff).To(BeNil(), "cleared on return")
+	g.Expect(apierrors.IsNotFound(env.Cluster.Client.Get(ctx, client.ObjectKeyFromObject(rr), rr.DeepCopy()))).To(BeTrue(), "the repair request it created is taken back")
 	kubectl(t, "label", "nodehealth", name, "e2e-poke-")
 }
 

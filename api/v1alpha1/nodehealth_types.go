@@ -484,8 +484,8 @@ type HandOffStatus struct {
 	// +required
 	Time metav1.Time `json:"time"`
 
-	// reason is why the node was handed off: ReplaceNode or
-	// RecertificationExhausted.
+	// reason is why the node was handed off: ReplaceNode,
+	// RecertificationExhausted or CertificationExhausted.
 	// +required
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason"`

@@ -447,12 +447,13 @@ type HandOffSpec struct {
 
 	// template is the object to create for type Template: any kind, with
 	// apiVersion, kind and metadata.name. In every string value
-	// {{.NodeName}}, {{.Reason}} (ReplaceNode or RecertificationExhausted)
+	// {{.NodeName}}, {{.Reason}} (ReplaceNode, RecertificationExhausted or
+	// CertificationExhausted)
 	// and {{.Message}} are replaced (Go text/template). The object is
 	// created once per failure, owned by the NodeHealth, so it is deleted
 	// with it; its status is shown in the NodeHealth's status.handOff.
 	// The operator needs RBAC to create and get it (chart value
-	// operator.handOff.template.rules).
+	// operator.handOff.rules).
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:EmbeddedResource

@@ -81,6 +81,9 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (fenced
 	if err := r.applyHandOff(ctx, p); err != nil {
 		return fenced, err
 	}
+	if err := r.applyWithdraw(ctx, o, p); err != nil {
+		return fenced, err
+	}
 	if p.removeDomainLabel {
 		err := r.writeNode(o, func(n *corev1.Node) error {
 			return member.RemoveLabel(ctx, r.Client, n, computedomain.NodeLabel)

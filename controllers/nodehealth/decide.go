@@ -73,6 +73,8 @@ type plan struct {
 	// handedOff the one the status records, counted after the write.
 	handOff   *handOffTarget
 	handedOff *gpuhealthv1alpha1.HandOffStatus
+	// withdraw is a hand-off the plan ends, taken back before the write.
+	withdraw *gpuhealthv1alpha1.HandOffStatus
 	// node is what to do to the Node; nodeMessage explains GPUHealthy.
 	node                    nodeIntent
 	nodeReason, nodeMessage string
@@ -481,11 +483,11 @@ func (d *decider) draining() {
 	if !d.leftComputeDomain() {
 		return
 	}
-	if d.maintained() {
-		return
-	}
 	if a := d.action(); needsHuman(a) {
 		d.transition(fsm.Fail, gpuhealthv1alpha1.ReasonNeedsHuman, fmt.Sprintf("drained; the findings recommend %s: %s", a, describe(d.counting())), "")
+		return
+	}
+	if d.maintained() {
 		return
 	}
 	attempt := int32(1)

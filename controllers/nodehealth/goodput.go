@@ -29,9 +29,9 @@ const (
 
 var (
 	nodeGPUsDesc = prometheus.NewDesc("gpuhealth_node_gpus",
-		"The nvidia.com/gpu allocatable of each managed node.", []string{labelNode}, nil)
+		"The GPUs of each managed node: the larger of its nvidia.com/gpu capacity and allocatable.", []string{labelNode}, nil)
 	outOfServiceDesc = prometheus.NewDesc("gpuhealth_node_gpus_out_of_service",
-		"The GPUs (nvidia.com/gpu allocatable) of each managed node that is not in service: not Healthy, or Healthy but cordoned by someone else or fabric-degraded; by phase, cause (fault, maintenance, certification, request, cordoned, fabric) and, for a fault, its check and code.",
+		"The GPUs (as gpuhealth_node_gpus) of each managed node that is not in service: not Healthy, or Healthy but cordoned by someone else or fabric-degraded; by phase, cause (fault, maintenance, certification, request, cordoned, fabric) and, for a fault, its check and code.",
 		[]string{labelNode, labelPhase, "cause", labelCheck, "code"}, nil)
 	strandedDesc = prometheus.NewDesc("gpuhealth_computedomain_stranded_gpus",
 		"The GPUs of the in-service members of a ComputeDomain with a member out of service: the domain cannot run at full size.",
@@ -83,12 +83,16 @@ func (f *fleetGauges) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	nhs := &gpuhealthv1alpha1.NodeHealthList{}
 	nodes := &corev1.NodeList{}
-	if reader.List(ctx, nhs, client.UnsafeDisableDeepCopy) != nil || reader.List(ctx, nodes, client.UnsafeDisableDeepCopy) != nil {
+	policies := &gpuhealthv1alpha1.RemediationPolicyList{}
+	if reader.List(ctx, nhs, client.UnsafeDisableDeepCopy) != nil || reader.List(ctx, nodes, client.UnsafeDisableDeepCopy) != nil ||
+		reader.List(ctx, policies) != nil {
 		return
 	}
 	byName := make(map[string]*corev1.Node, len(nodes.Items))
 	for i := range nodes.Items {
-		byName[nodes.Items[i].Name] = &nodes.Items[i]
+		if gpuhealthv1alpha1.ManagingPolicy(policies.Items, nodes.Items[i].Labels) != nil {
+			byName[nodes.Items[i].Name] = &nodes.Items[i]
+		}
 	}
 	for _, s := range gpuTime(nhs.Items, byName) {
 		switch {
@@ -115,7 +119,7 @@ type gpuSample struct {
 }
 
 // gpuTime is the gauges' values: a pure function of the NodeHealths and
-// their Nodes.
+// the Nodes a policy manages.
 func gpuTime(nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]*corev1.Node) []gpuSample {
 	var out []gpuSample
 	type domain struct {
@@ -130,8 +134,7 @@ func gpuTime(nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]*corev1.Node) 
 		if n == nil || nh.Spec.Exclude || nh.Status.Phase == "" || !meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthManagedCondition) {
 			continue
 		}
-		q := n.Status.Allocatable[GPUResource]
-		gpus := float64(q.Value())
+		gpus := nodeGPUs(n)
 		out = append(out, gpuSample{node: n.Name, gpus: gpus})
 		s, lost := outOfService(nh, n)
 		if lost {
@@ -164,12 +167,24 @@ func gpuTime(nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]*corev1.Node) 
 	return out
 }
 
+// nodeGPUs is the node's GPU count: the larger of its nvidia.com/gpu
+// capacity and allocatable. The device plugin takes a sick GPU out of
+// allocatable, and a restarting kubelet reports none for a while; counting
+// only allocatable would shrink the fleet exactly while GPUs are lost.
+func nodeGPUs(n *corev1.Node) float64 {
+	c, a := n.Status.Capacity[GPUResource], n.Status.Allocatable[GPUResource]
+	return float64(max(c.Value(), a.Value()))
+}
+
 // outOfService says whether a managed node's GPUs are out of service, and why.
 func outOfService(nh *gpuhealthv1alpha1.NodeHealth, n *corev1.Node) (gpuSample, bool) {
 	st := &nh.Status
 	s := gpuSample{phase: st.Phase}
 	if st.Phase == gpuhealthv1alpha1.PhaseHealthy {
 		switch {
+		case nodepkg.AppliedOn(n).Any():
+			// gpuhealth's own fence, its bookkeeping still to follow.
+			s.cause = strings.ToLower(string(gpuhealthv1alpha1.OutageFault))
 		case n.Spec.Unschedulable:
 			s.cause = causeCordoned
 		case hasTaintKey(n, gpuhealthv1alpha1.FabricDegradedTaintKey):

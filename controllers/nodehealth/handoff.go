@@ -40,8 +40,7 @@ func (r *Reconciler) observeHandOff(ctx context.Context, o *observation) (*handO
 	case gpuhealthv1alpha1.HandOffClusterAPI:
 		t.obj, err = handoff.GetMachine(ctx, r.Client, r.APIReader, o.node)
 	case gpuhealthv1alpha1.HandOffTemplate:
-		owner := metav1.OwnerReference{APIVersion: gpuhealthv1alpha1.GroupVersion.String(), Kind: "NodeHealth", Name: o.nh.Name, UID: o.nh.UID, BlockOwnerDeletion: ptr.To(false)}
-		if t.want, err = handoff.Render(spec.Template, handOffData(o), owner); err == nil {
+		if t.want, err = handoff.Render(spec.Template, handOffData(o), nodeHealthOwner(o)); err == nil {
 			t.obj, err = handoff.Get(ctx, r.APIReader, t.want)
 		}
 		if err == nil && t.obj == nil && o.nh.Status.HandOff == nil {
@@ -55,6 +54,11 @@ func (r *Reconciler) observeHandOff(ctx context.Context, o *observation) (*handO
 		return t, nil
 	}
 	return t, err
+}
+
+// nodeHealthOwner makes a template's object owned by the node's NodeHealth.
+func nodeHealthOwner(o *observation) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: gpuhealthv1alpha1.GroupVersion.String(), Kind: "NodeHealth", Name: o.nh.Name, UID: o.nh.UID, BlockOwnerDeletion: ptr.To(false)}
 }
 
 // handOffData is what a template is rendered with.
@@ -91,12 +95,24 @@ func handOffReason(failReason string, outage *gpuhealthv1alpha1.Outage) string {
 	return ""
 }
 
+// withdrawHandOff ends the hand-off of a node that leaves Failed (returned,
+// or retried): the Machine's remediation is taken back, so a node back in
+// service is not replaced later, and the created object is deleted, so the
+// next failure makes a new one.
+func (d *decider) withdrawHandOff() {
+	st := &d.p.status
+	if h := st.HandOff; h != nil && h.State == gpuhealthv1alpha1.HandOffDone && h.Type != gpuhealthv1alpha1.HandOffCondition && !d.dryRun() {
+		d.p.withdraw = h.DeepCopy()
+	}
+	st.HandOff = nil
+}
+
 // handOffFailed hands a failed node that must be replaced to the policy's
 // hand-off once per failure, and afterwards shows its target's status.
 func (d *decider) handOffFailed() {
 	spec := d.o.policy.Spec.Remediation.HandOff
 	st, t := &d.p.status, d.o.handOff
-	if spec == nil || d.dryRun() {
+	if spec == nil || d.dryRun() || d.held("the hand-off waits") {
 		return
 	}
 	if hs := st.HandOff; hs != nil {
@@ -171,4 +187,34 @@ func (r *Reconciler) applyHandOff(ctx context.Context, p *plan) error {
 		return nil
 	}
 	return handoff.Create(ctx, r.Client, t.want)
+}
+
+// applyWithdraw takes back a hand-off the plan ends (see withdrawHandOff).
+// What is gone already, or cannot be read for good, has nothing to take back.
+func (r *Reconciler) applyWithdraw(ctx context.Context, o *observation, p *plan) error {
+	h := p.withdraw
+	if h == nil {
+		return nil
+	}
+	var err error
+	switch h.Type {
+	case gpuhealthv1alpha1.HandOffClusterAPI:
+		var m *unstructured.Unstructured
+		if m, err = handoff.GetMachine(ctx, r.Client, r.APIReader, o.node); err == nil {
+			err = handoff.Unannotate(ctx, r.Client, m)
+		}
+	case gpuhealthv1alpha1.HandOffTemplate:
+		spec := o.policy.Spec.Remediation.HandOff
+		if spec == nil || spec.Template == nil {
+			return nil
+		}
+		var want *unstructured.Unstructured
+		if want, err = handoff.Render(spec.Template, handOffData(o), nodeHealthOwner(o)); err == nil {
+			err = handoff.DeleteOwned(ctx, r.Client, r.APIReader, want, o.nh.UID)
+		}
+	}
+	if errors.Is(err, handoff.ErrPermanent) {
+		return nil
+	}
+	return err
 }

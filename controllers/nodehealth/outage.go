@@ -46,18 +46,24 @@ func (d *decider) outage(from, to gpuhealthv1alpha1.NodeHealthPhase, reason stri
 		if o := st.Outage; o != nil && o.Cause == gpuhealthv1alpha1.OutageFault && o.FailedAt == nil {
 			d.p.repairs = append(d.p.repairs, repairRecord{action: o.Action, outcome: repairOutcome(reason), took: now.Sub(o.Since.Time)})
 		}
-		st.Outage, st.HandOff = nil, nil
+		d.withdrawHandOff()
+		st.Outage = nil
 		return
 	case d.dryRun():
 		// A dry run takes nothing out of service.
 	case from == healthy || from == gpuhealthv1alpha1.PhaseCertifying && to == gpuhealthv1alpha1.PhaseQuarantined:
 		d.startOutage(to, reason)
 	case from == gpuhealthv1alpha1.PhaseFailed:
-		// Retried: a new hand-off may follow a new failure.
-		st.HandOff = nil
+		// Retried: a new hand-off may follow a new failure; the last one
+		// is taken back.
+		d.withdrawHandOff()
 	}
 	if o := st.Outage; to == gpuhealthv1alpha1.PhaseFailed && o != nil && o.FailedAt == nil {
 		o.FailedAt = &now
+		// The fault's action may have grown since the quarantine.
+		if a := d.action(); o.Cause == gpuhealthv1alpha1.OutageFault && actionRank[a] > actionRank[o.Action] {
+			o.Action = a
+		}
 		if o.Cause == gpuhealthv1alpha1.OutageFault {
 			d.p.repairs = append(d.p.repairs, repairRecord{action: o.Action, outcome: outcomeFailed, took: now.Sub(o.Since.Time)})
 		}
@@ -141,11 +147,13 @@ func (d *decider) worst() *judgement {
 // and held in Maintenance once drained.
 func (d *decider) maintenanceRequest(by, reason string) string {
 	phase := d.machine.Phase()
-	switch phase {
-	case gpuhealthv1alpha1.PhaseHealthy:
+	switch {
+	case d.dryRun():
+		return "dry run: would quarantine the node for maintenance"
+	case phase == gpuhealthv1alpha1.PhaseHealthy:
 		d.transition(fsm.Quarantine, gpuhealthv1alpha1.ReasonMaintenance, fmt.Sprintf("maintenance requested by %s: %s", by, reason), by)
 		return "quarantined for maintenance; it drains when the budgets allow"
-	case gpuhealthv1alpha1.PhaseMaintenance:
+	case phase == gpuhealthv1alpha1.PhaseMaintenance:
 		return "nothing to do: the node is already in maintenance"
 	}
 	return "refused: the node is out of service already (" + string(phase) + "); release or recertify it first"
@@ -155,10 +163,11 @@ func (d *decider) maintenanceRequest(by, reason string) string {
 // drain's next step is then not taken). A node whose outage is a
 // maintenance and that has not started recertifying goes to Maintenance;
 // one back from maintenance whose recertification failed drains again for
-// its next attempt instead.
+// its next attempt instead, and so does one that failed since and was
+// retried.
 func (d *decider) maintained() bool {
 	st := &d.p.status
-	if o := st.Outage; o == nil || o.Cause != gpuhealthv1alpha1.OutageMaintenance || st.Recertification != nil {
+	if o := st.Outage; o == nil || o.Cause != gpuhealthv1alpha1.OutageMaintenance || o.FailedAt != nil || st.Recertification != nil {
 		return false
 	}
 	d.transition(fsm.Maintain, gpuhealthv1alpha1.ReasonMaintenance,
@@ -167,14 +176,20 @@ func (d *decider) maintained() bool {
 }
 
 // returnFromMaintenance starts the recertification of a node back from
-// maintenance.
-func (d *decider) returnFromMaintenance(msg, by string) {
+// maintenance; one whose findings (seen meanwhile) need a human goes to
+// Failed instead.
+func (d *decider) returnFromMaintenance(msg, by string) string {
+	if a := d.action(); needsHuman(a) {
+		d.transition(fsm.Fail, gpuhealthv1alpha1.ReasonNeedsHuman, fmt.Sprintf("%s; but the findings recommend %s: %s", msg, a, describe(d.counting())), by)
+		return "back from maintenance: Failed, the findings recommend " + string(a)
+	}
 	if !d.transition(fsm.Recertify, gpuhealthv1alpha1.ReasonManualRecertify, msg, by) {
-		return
+		return ""
 	}
 	now := d.o.now
 	d.p.status.Recertification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &now, Result: gpuhealthv1alpha1.JobPending}
 	d.attemptStarted = true
+	return "back from maintenance: recertifying"
 }
 
 // note adds a history entry that changes no phase (a hand-off), with the

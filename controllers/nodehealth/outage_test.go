@@ -267,6 +267,8 @@ func TestGPUTime(t *testing.T) {
 		nodes[n] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}, Status: corev1.NodeStatus{Allocatable: gpus(8)}}
 	}
 	nodes["c"].Spec.Unschedulable = true
+	nodes["d"].Status.Allocatable = gpus(6) // two taken out by the device plugin: still 8 GPUs
+	nodes["d"].Status.Capacity = gpus(8)
 	g.Expect(gpuTime(nhs, nodes)).To(ConsistOf(
 		gpuSample{node: "a", gpus: 8},
 		gpuSample{node: "b", gpus: 8},
@@ -282,10 +284,60 @@ func TestGPUTime(t *testing.T) {
 	))
 	nodes["a"].Spec.Taints = []corev1.Taint{{Key: gpuhealthv1alpha1.FabricDegradedTaintKey, Effect: corev1.TaintEffectNoSchedule}}
 	g.Expect(gpuTime(nhs[:1], nodes)).To(ContainElement(gpuSample{node: "a", phase: healthy, cause: causeFabric, gpus: 8}))
+	fenced(&observation{node: nodes["a"]})
+	g.Expect(gpuTime(nhs[:1], nodes)).To(ContainElement(gpuSample{node: "a", phase: healthy, cause: "fault", gpus: 8}), "our fence, the bookkeeping to follow")
 }
 
 func TestHandOffObservationErrorsArePermanentOrNot(t *testing.T) {
 	g := NewWithT(t)
 	_, err := handoff.MachineKey(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
 	g.Expect(errors.Is(err, handoff.ErrPermanent)).To(BeTrue())
+}
+
+// Rows the review of the maintenance and hand-off paths asked for.
+func TestDecideMaintenanceAndHandOffEdges(t *testing.T) {
+	replaceNode := func(o *observation) {
+		o.policy.Spec.Rules = []gpuhealthv1alpha1.Rule{{Name: "replace", Match: gpuhealthv1alpha1.RuleMatch{Codes: []string{"79"}},
+			Verdict: gpuhealthv1alpha1.VerdictQuarantine, Action: gpuhealthv1alpha1.ActionReplaceNode}}
+	}
+	rows := []row{
+		{"retried after maintenance ended Failed: drains to recertification, not back to Maintenance", obs(inPhase(draining), fenced, drained(0), outageOf(gpuhealthv1alpha1.OutageMaintenance), func(o *observation) {
+			at := metav1.NewTime(t0.Add(-time.Hour))
+			o.nh.Status.Outage.FailedAt = &at
+		}), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{recertifying}))
+		}},
+		{"a ReplaceNode finding while draining for maintenance: Failed, not Maintenance", obs(inPhase(draining), fenced, drained(0), outageOf(gpuhealthv1alpha1.OutageMaintenance), finding(), replaceNode), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{failed}))
+		}},
+		{"back from maintenance with a ReplaceNode finding: Failed, not recertified", obs(inPhase(gpuhealthv1alpha1.PhaseMaintenance), fenced, outageOf(gpuhealthv1alpha1.OutageMaintenance), finding(), replaceNode, asks(gpuhealthv1alpha1.RequestRecertify)), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{failed}))
+			g.Expect(p.status.LastRequest.Result).To(ContainSubstring("ReplaceNode"))
+		}},
+		{"maintenance in a dry run: nothing moves", obs(dryRun, asks(gpuhealthv1alpha1.RequestMaintenance)), func(g *WithT, p *plan) {
+			g.Expect(p.transitions).To(BeEmpty())
+			g.Expect(p.status.LastRequest.Result).To(HavePrefix("dry run"))
+		}},
+		{"held: no hand-off", obs(failedBy(gpuhealthv1alpha1.ReasonRecertificationExhausted), handOffBy(gpuhealthv1alpha1.HandOffCondition), held), func(g *WithT, p *plan) {
+			g.Expect(p.status.HandOff).To(BeNil())
+		}},
+		{"released after a Cluster API hand-off: taken back", obs(failedBy(gpuhealthv1alpha1.ReasonRecertificationExhausted), handOffBy(gpuhealthv1alpha1.HandOffClusterAPI), func(o *observation) {
+			o.nh.Status.HandOff = &gpuhealthv1alpha1.HandOffStatus{Type: gpuhealthv1alpha1.HandOffClusterAPI, State: gpuhealthv1alpha1.HandOffDone, Time: metav1.NewTime(t0.Add(-time.Hour)), Reason: "x"}
+		}, asks(gpuhealthv1alpha1.RequestRelease)), func(g *WithT, p *plan) {
+			g.Expect(p.status.HandOff).To(BeNil())
+			g.Expect(p.withdraw).NotTo(BeNil())
+			g.Expect(p.withdraw.Type).To(Equal(gpuhealthv1alpha1.HandOffClusterAPI))
+		}},
+		{"a failed hand-off has nothing to take back", obs(failedBy(gpuhealthv1alpha1.ReasonRecertificationExhausted), func(o *observation) {
+			o.nh.Status.HandOff = &gpuhealthv1alpha1.HandOffStatus{Type: gpuhealthv1alpha1.HandOffClusterAPI, State: gpuhealthv1alpha1.HandOffFailed, Time: metav1.NewTime(t0.Add(-time.Hour)), Reason: "x"}
+		}, asks(gpuhealthv1alpha1.RequestRelease)), func(g *WithT, p *plan) {
+			g.Expect(p.withdraw).To(BeNil())
+		}},
+		{"the failed repair carries the action that failed it", obs(inPhase(draining), fenced, drained(0), finding(), replaceNode, outageOf(gpuhealthv1alpha1.OutageFault)), func(g *WithT, p *plan) {
+			g.Expect(p.repairs).To(Equal([]repairRecord{{action: gpuhealthv1alpha1.ActionReplaceNode, outcome: outcomeFailed, took: 2 * time.Hour}}))
+		}},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) { r.check(NewWithT(t), decide(r.obs)) })
+	}
 }

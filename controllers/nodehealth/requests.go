@@ -34,8 +34,7 @@ func (d *decider) request() {
 			d.transition(fsm.Quarantine, gpuhealthv1alpha1.ReasonManualRecertify, msg, by)
 			result = "quarantined for recertification"
 		case gpuhealthv1alpha1.PhaseMaintenance:
-			d.returnFromMaintenance(msg, by)
-			result = "back from maintenance: recertifying"
+			result = d.returnFromMaintenance(msg, by)
 		case gpuhealthv1alpha1.PhaseFailed:
 			d.transition(fsm.Retry, gpuhealthv1alpha1.ReasonManualRecertify, msg, by)
 			// A fresh start: attempts count from 1 again.

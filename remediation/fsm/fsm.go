@@ -72,7 +72,7 @@ var transitions = []Transition{
 	{Maintain, []phase{draining}, maintenance},
 	{Pass, []phase{recertifying}, healthy},
 	{FailRecertification, []phase{recertifying}, quarantined},
-	{Fail, []phase{healthy, certifying, quarantined, draining, recertifying}, failed},
+	{Fail, []phase{healthy, certifying, quarantined, draining, recertifying, maintenance}, failed},
 	{Cancel, []phase{certifying, quarantined, draining, recertifying, maintenance, failed}, healthy},
 	{Release, []phase{certifying, quarantined, draining, recertifying, maintenance, failed}, healthy},
 	{Retry, []phase{failed}, quarantined},

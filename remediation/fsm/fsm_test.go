@@ -49,6 +49,7 @@ func TestLegalTransitions(t *testing.T) {
 		{failed, Retry, quarantined},
 		{maintenance, Recertify, recertifying},
 		{draining, Maintain, maintenance},
+		{maintenance, Fail, failed},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s in %s goes to %s", tc.event, tc.from, tc.to), func(t *testing.T) {

@@ -72,8 +72,11 @@ func GetMachine(ctx context.Context, c client.Client, r client.Reader, n *corev1
 		return nil, err
 	}
 	mapping, err := c.RESTMapper().RESTMapping(MachineGroupKind)
-	if err != nil {
+	if meta.IsNoMatchError(err) {
 		return nil, permanent("Cluster API's Machine kind is not served: %v", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("looking up Cluster API's Machine kind: %w", err)
 	}
 	m := &unstructured.Unstructured{}
 	m.SetGroupVersionKind(mapping.GroupVersionKind)
@@ -114,11 +117,43 @@ func AnnotateMachine(ctx context.Context, c client.Client, m *unstructured.Unstr
 	return nil
 }
 
+// Unannotate takes back a remediation gpuhealth asked of the Machine (a
+// node returned to service must not be replaced later); annotations
+// someone else set are left alone. Idempotent.
+func Unannotate(ctx context.Context, c client.Client, m *unstructured.Unstructured) error {
+	if _, ours := m.GetAnnotations()[RequestedAnnotation]; !ours {
+		return nil
+	}
+	patch := []byte(`{"metadata":{"annotations":{"` + RemediateMachineAnnotation + `":null,"` + RequestedAnnotation + `":null}}}`)
+	if err := c.Patch(ctx, m.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("taking back the remediation of Machine %s/%s: %w", m.GetNamespace(), m.GetName(), err)
+	}
+	return nil
+}
+
+// DeleteOwned deletes the object a rendered template names when owner
+// owns it (one a human made is left alone). Idempotent.
+func DeleteOwned(ctx context.Context, c client.Client, r client.Reader, want *unstructured.Unstructured, owner types.UID) error {
+	got, err := Get(ctx, r, want)
+	if err != nil || got == nil {
+		return err
+	}
+	for _, ref := range got.GetOwnerReferences() {
+		if ref.UID == owner {
+			if err := c.Delete(ctx, got); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting %s: %w", Describe(got), err)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
 // Data is what a template may use.
 type Data struct {
 	// NodeName is the node's name.
 	NodeName string
-	// Reason is why: ReplaceNode or RecertificationExhausted.
+	// Reason is why: ReplaceNode, RecertificationExhausted or CertificationExhausted.
 	Reason string
 	// Message is the failure in a sentence.
 	Message string
