@@ -175,7 +175,7 @@ func TestHandOffs(t *testing.T) {
 	g.Expect(applyJSON(standInCRD(repairGVK, "repairrequests"))).To(Succeed())
 	// The RBAC each hand-off needs, granted through the chart as a user would.
 	helmSet(t, "operator.handOff.clusterAPI=true",
-		`operator.handOff.rules=[{"apiGroups":["repair.e2e.gpuhealth.dev"],"resources":["repairrequests"],"verbs":["get","create"]}]`)
+		`operator.handOff.rules=[{"apiGroups":["repair.e2e.gpuhealth.dev"],"resources":["repairrequests"],"verbs":["get","create","delete"]}]`)
 	defer helmSet(t, "operator.handOff.clusterAPI=false", "operator.handOff.rules=[]")
 	defer kubectl(t, "delete", "crd", "machines.cluster.x-k8s.io", "repairrequests.repair.e2e.gpuhealth.dev", "--ignore-not-found")
 	kubectl(t, "create", "namespace", "capi-e2e")

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/handoff"
@@ -214,6 +215,9 @@ func (r *Reconciler) applyWithdraw(ctx context.Context, o *observation, p *plan)
 		}
 	}
 	if errors.Is(err, handoff.ErrPermanent) {
+		// Gone, or not ours to take back (no RBAC): the node's return must
+		// not wait for it.
+		log.FromContext(ctx).Info("Could not take the hand-off back", "type", h.Type, "reason", err.Error())
 		return nil
 	}
 	return err

@@ -126,7 +126,7 @@ func Unannotate(ctx context.Context, c client.Client, m *unstructured.Unstructur
 	}
 	patch := []byte(`{"metadata":{"annotations":{"` + RemediateMachineAnnotation + `":null,"` + RequestedAnnotation + `":null}}}`)
 	if err := c.Patch(ctx, m.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("taking back the remediation of Machine %s/%s: %w", m.GetNamespace(), m.GetName(), err)
+		return classify(err, "Machine "+client.ObjectKeyFromObject(m).String())
 	}
 	return nil
 }
@@ -141,7 +141,7 @@ func DeleteOwned(ctx context.Context, c client.Client, r client.Reader, want *un
 	for _, ref := range got.GetOwnerReferences() {
 		if ref.UID == owner {
 			if err := c.Delete(ctx, got); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("deleting %s: %w", Describe(got), err)
+				return classify(err, Describe(got))
 			}
 			return nil
 		}
