@@ -2,6 +2,7 @@ package nodehealth
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -187,7 +188,7 @@ func outOfService(nh *gpuhealthv1alpha1.NodeHealth, n *corev1.Node) (gpuSample, 
 			s.cause = strings.ToLower(string(gpuhealthv1alpha1.OutageFault))
 		case n.Spec.Unschedulable:
 			s.cause = causeCordoned
-		case hasTaintKey(n, gpuhealthv1alpha1.FabricDegradedTaintKey):
+		case slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == gpuhealthv1alpha1.FabricDegradedTaintKey }):
 			s.cause = causeFabric
 		default:
 			return s, false
@@ -206,13 +207,4 @@ func outOfService(nh *gpuhealthv1alpha1.NodeHealth, n *corev1.Node) (gpuSample, 
 		s.cause = strings.ToLower(string(gpuhealthv1alpha1.OutageFault))
 	}
 	return s, true
-}
-
-func hasTaintKey(n *corev1.Node, key string) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == key {
-			return true
-		}
-	}
-	return false
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/fsm"
 	"github.com/gpuhealth/gpuhealth/remediation/handoff"
 )
 
@@ -170,7 +171,7 @@ func (d *decider) handOffFailed() {
 	if hs.State == gpuhealthv1alpha1.HandOffFailed {
 		event, what = gpuhealthv1alpha1.ReasonHandOffFailed, fmt.Sprintf("hand-off (%s, %s) not possible: %s", spec.Type, reason, hs.Message)
 	}
-	note(st, event, what, d.o.now)
+	fsm.Note(st, event, truncate(what, 1024), d.o.now)
 	d.nodeEvent(corev1.EventTypeWarning, event, "HandOff", "%s", what)
 }
 

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
 )
@@ -190,13 +188,4 @@ func (d *decider) returnFromMaintenance(msg, by string) string {
 	d.p.status.Recertification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &now, Result: gpuhealthv1alpha1.JobPending}
 	d.attemptStarted = true
 	return "back from maintenance: recertifying"
-}
-
-// note adds a history entry that changes no phase (a hand-off), with the
-// same bound as transitions.
-func note(st *gpuhealthv1alpha1.NodeHealthStatus, reason, message string, now metav1.Time) {
-	st.History = append(st.History, gpuhealthv1alpha1.Transition{From: st.Phase, To: st.Phase, Reason: reason, Message: truncate(message, 1024), Time: now})
-	if n := len(st.History); n > fsm.MaxHistory {
-		st.History = append([]gpuhealthv1alpha1.Transition(nil), st.History[n-fsm.MaxHistory:]...)
-	}
 }

@@ -166,9 +166,17 @@ func Record(status *gpuhealthv1alpha1.NodeHealthStatus, from, to phase, reason, 
 	status.Reason = reason
 	status.Message = message
 	status.Since = &now
-	status.History = append(status.History, gpuhealthv1alpha1.Transition{
-		From: from, To: to, Reason: reason, Message: message, By: by, Time: now,
-	})
+	appendHistory(status, gpuhealthv1alpha1.Transition{From: from, To: to, Reason: reason, Message: message, By: by, Time: now})
+}
+
+// Note adds a history entry that changes no phase (a hand-off, say),
+// bounded like transitions.
+func Note(status *gpuhealthv1alpha1.NodeHealthStatus, reason, message string, now metav1.Time) {
+	appendHistory(status, gpuhealthv1alpha1.Transition{From: status.Phase, To: status.Phase, Reason: reason, Message: message, Time: now})
+}
+
+func appendHistory(status *gpuhealthv1alpha1.NodeHealthStatus, t gpuhealthv1alpha1.Transition) {
+	status.History = append(status.History, t)
 	if n := len(status.History); n > MaxHistory {
 		status.History = append([]gpuhealthv1alpha1.Transition(nil), status.History[n-MaxHistory:]...)
 	}
