@@ -11,20 +11,19 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
-	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/cachetrim"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/controllers/eventgc"
 	"github.com/gpuhealth/gpuhealth/controllers/index"
@@ -102,11 +101,10 @@ func run() error {
 		LeaderElectionID:              leaderElection,
 		LeaderElectionNamespace:       o.namespace,
 		LeaderElectionReleaseOnCancel: true,
-		// Jobs live only in the operator's namespace; watching them there
-		// keeps the RBAC a namespaced Role instead of cluster-wide access.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&batchv1.Job{}: {Namespaces: map[string]cache.Config{o.namespace: {}}},
-		}},
+		// Jobs are watched only in the operator's namespace (a namespaced
+		// Role, not cluster-wide access); every object is cached without
+		// managedFields, and Pods and Nodes with only what is read of them.
+		Cache: cachetrim.CacheOptions(o.namespace),
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
