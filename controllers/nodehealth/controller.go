@@ -10,6 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -56,8 +57,13 @@ const (
 	// nodes a short recheck is a constant load on the operator.
 	budgetRecheck = 5 * time.Minute
 	// drainRecheck is how often a draining node looks again while pods remain;
-	// pod deletions enqueue it sooner.
+	// pod deletions enqueue it sooner, and so does a PodDisruptionBudget that
+	// allows more disruptions while the node has pods it blocked.
 	drainRecheck = 5 * time.Second
+	// drainDeferredRecheck is the wait instead when a pass left pods for
+	// lack of an eviction token or slot, which other nodes' passes free
+	// within a second at the configured rate.
+	drainDeferredRecheck = 500 * time.Millisecond
 	// jobRecheck bounds the wait for a Job; Job updates enqueue the node sooner.
 	jobRecheck = time.Minute
 	// fencedPriority is the workqueue priority of the bookkeeping pass after
@@ -159,6 +165,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, handler.EnqueueRequestsFromMapFunc(eventToNode), builder.WithPredicates(eventChanged)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToNode), builder.WithPredicates(podLeftOrFinished)).
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToNode)).
+		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.budgetToBlockedNodes), builder.WithPredicates(disruptionsFreed)).
 		// Only spec changes and annotations (the breaker reset) matter to
 		// nodes; the policy's status changes with every count and would
 		// otherwise re-enqueue every node on each of its writes.
@@ -255,6 +262,55 @@ func (r *Reconciler) budgetFreedToWaiting(ctx context.Context, _ client.Object) 
 		}
 	}
 	return out
+}
+
+// disruptionsFreed lets through the PodDisruptionBudget changes that can
+// let a refused eviction through: more disruptions allowed than before (the
+// disruption controller saw replacements become healthy), or the budget
+// deleted.
+var disruptionsFreed = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*policyv1.PodDisruptionBudget), e.ObjectNew.(*policyv1.PodDisruptionBudget)
+		return n.Status.DisruptionsAllowed > 0 && n.Status.DisruptionsAllowed > o.Status.DisruptionsAllowed
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// budgetToBlockedNodes wakes the draining nodes that have pods blocked in
+// the budget's namespace (or more blocked pods than their status lists),
+// so a drain goes on as soon as the budget allows, not at the next recheck.
+func (r *Reconciler) budgetToBlockedNodes(ctx context.Context, o client.Object) []ctrl.Request {
+	list := &gpuhealthv1alpha1.NodeHealthList{}
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "Listing nodehealths to wake drains blocked by a PodDisruptionBudget")
+		return nil
+	}
+	var out []ctrl.Request
+	for i := range list.Items {
+		if blockedIn(list.Items[i].Status, o.GetNamespace()) {
+			out = append(out, request(list.Items[i].Name)...)
+		}
+	}
+	return out
+}
+
+// blockedIn says whether a node in status is draining with pods blocked
+// in namespace, as far as its status tells.
+func blockedIn(st gpuhealthv1alpha1.NodeHealthStatus, namespace string) bool {
+	if st.Phase != gpuhealthv1alpha1.PhaseDraining || st.Drain == nil || st.Drain.PodsBlocked == 0 {
+		return false
+	}
+	if int(st.Drain.PodsBlocked) > len(st.Drain.Blocked) {
+		return true // the list is cut short: any namespace may be among the rest
+	}
+	for _, b := range st.Drain.Blocked {
+		if b.Namespace == namespace {
+			return true
+		}
+	}
+	return false
 }
 
 // podLeftOrFinished lets through the pod changes a drain waits for.

@@ -474,7 +474,11 @@ func (d *decider) draining() {
 			msg += fmt.Sprintf(", %d past the drain timeout", res.TimedOut)
 		}
 		d.statusReason(reason, msg)
-		d.wait(drainRecheck)
+		if res.Deferred > 0 {
+			d.wait(drainDeferredRecheck)
+		} else {
+			d.wait(drainRecheck)
+		}
 		return
 	}
 	if ds.CompletedAt == nil {

@@ -371,8 +371,15 @@ func TestDecide(t *testing.T) {
 			g.Expect(p.status.Drain.CompletedAt).To(BeNil())
 			g.Expect(p.transitions).To(BeEmpty())
 		}},
-		{"draining, a PDB blocks", obs(inPhase(draining), fenced, finding(), drained(1), func(o *observation) { o.drain.result.Blocked = 1 }), func(g *WithT, p *plan) {
+		{"draining, a PDB blocks: the budget's change wakes it, the recheck is a safety net", obs(inPhase(draining), fenced, finding(), drained(1), func(o *observation) { o.drain.result.Blocked = 1 }), func(g *WithT, p *plan) {
 			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonBlockedByPDB))
+			g.Expect(p.requeue).To(Equal(drainRecheck))
+		}},
+		{"draining, pods left for lack of an eviction token: looks again soon", obs(inPhase(draining), fenced, finding(), drained(3), func(o *observation) {
+			o.drain.result.Deferred, o.drain.result.Blocked = 2, 1
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonBlockedByPDB))
+			g.Expect(p.requeue).To(Equal(drainDeferredRecheck))
 		}},
 		{"draining past the timeout: DrainTimedOut with one Event", obs(inPhase(draining), fenced, finding(), drained(1), func(o *observation) {
 			o.drain.result.TimedOut, o.drain.result.TimedOutPods = 1, []gpuhealthv1alpha1.BlockedPod{{Namespace: "ml", Name: "trainer-0"}}
@@ -670,4 +677,30 @@ func TestDecideIsDeterministic(t *testing.T) {
 	a, b := decide(mk()), decide(mk())
 	g.Expect(a.status).To(Equal(b.status))
 	g.Expect(strings.Join(reasonsOf(a.announce), ",")).To(Equal(strings.Join(reasonsOf(b.announce), ",")))
+}
+
+func TestABudgetWakesOnlyDrainsItBlocks(t *testing.T) {
+	blocked := func(total int32, namespaces ...string) gpuhealthv1alpha1.NodeHealthStatus {
+		st := gpuhealthv1alpha1.NodeHealthStatus{Phase: gpuhealthv1alpha1.PhaseDraining, Drain: &gpuhealthv1alpha1.DrainStatus{PodsBlocked: total}}
+		for _, ns := range namespaces {
+			st.Drain.Blocked = append(st.Drain.Blocked, gpuhealthv1alpha1.BlockedPod{Namespace: ns, Name: "p"})
+		}
+		return st
+	}
+	for _, tc := range []struct {
+		name string
+		st   gpuhealthv1alpha1.NodeHealthStatus
+		want bool
+	}{
+		{"blocked in the budget's namespace", blocked(1, "ml"), true},
+		{"blocked elsewhere only", blocked(1, "web"), false},
+		{"more blocked than listed: any namespace may be among them", blocked(11, "web", "web", "web", "web", "web", "web", "web", "web", "web", "web"), true},
+		{"draining, nothing blocked", blocked(0), false},
+		{"not draining", gpuhealthv1alpha1.NodeHealthStatus{Phase: gpuhealthv1alpha1.PhaseQuarantined, Drain: &gpuhealthv1alpha1.DrainStatus{PodsBlocked: 1, Blocked: []gpuhealthv1alpha1.BlockedPod{{Namespace: "ml"}}}}, false},
+		{"no drain status", gpuhealthv1alpha1.NodeHealthStatus{Phase: gpuhealthv1alpha1.PhaseDraining}, false},
+	} {
+		if got := blockedIn(tc.st, "ml"); got != tc.want {
+			t.Errorf("%s: blockedIn = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

@@ -92,8 +92,14 @@ type Result struct {
 	// Evicted is the number of evictions the apiserver accepted in this pass.
 	Evicted int
 	// Blocked is the number of pods whose eviction was refused with 429 Too Many
-	// Requests in this pass, which a PodDisruptionBudget does when it allows no disruption.
+	// Requests in this pass, which a PodDisruptionBudget does when it allows no
+	// disruption, or not sent because the budget (as the cache shows it) allowed
+	// none, or no more than this pass had already evicted.
 	Blocked int
+	// Deferred is the number of pods left for the next pass without a request:
+	// no eviction token, in-flight slot or time came within this pass. Unlike a
+	// blocked pod, one can be retried at once.
+	Deferred int
 	// Waiting is the number of running pods left alone because their namespace
 	// is WaitForCompletion, including those past their timeout with onTimeout Wait.
 	Waiting int
@@ -230,11 +236,9 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 		}
 	}
 
-	var (
-		blocked  []blockedPod
-		deferred int
-	)
-	for i, out := range d.run(passCtx, tasks) {
+	budgets := d.newBudgetCache()
+	var blocked []blockedPod
+	for i, out := range d.run(passCtx, tasks, budgets.refuse(passCtx, tasks)) {
 		switch out.kind {
 		case outcomeEvicted:
 			res.Evicted++
@@ -249,7 +253,7 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 			errs = append(errs, out.err)
 		case outcomeDeferred:
 			// No token, slot or time left in this pass; the next pass retries.
-			deferred++
+			res.Deferred++
 		}
 		if t := tasks[i]; t.expired {
 			if p, ok := t.timedOut(out); ok {
@@ -257,11 +261,10 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 			}
 		}
 	}
-	if deferred > 0 {
-		log.FromContext(ctx).V(1).Info("Leaving pods for the next pass", "Node", klog.KRef("", node), "deferred", deferred)
+	if res.Deferred > 0 {
+		log.FromContext(ctx).V(1).Info("Leaving pods for the next pass", "Node", klog.KRef("", node), "deferred", res.Deferred)
 	}
 	res.TimedOut = len(timedOut)
-	budgets := d.newBudgetCache()
 	res.BlockedPods = describeBlocked(passCtx, budgets, blocked)
 	res.TimedOutPods = describeTimedOut(passCtx, budgets, timedOut)
 	slices.SortFunc(res.ForceDeleted, func(a, b types.NamespacedName) int {
@@ -287,8 +290,9 @@ func (d *Drainer) setLimits(spec gpuhealthv1alpha1.DrainSpec) {
 }
 
 // run carries out tasks concurrently, each after taking a token and a slot,
-// and returns their outcomes in the same order.
-func (d *Drainer) run(ctx context.Context, tasks []task) []outcome {
+// and returns their outcomes in the same order; a task with an outcome in
+// decided is not sent and gets that one.
+func (d *Drainer) run(ctx context.Context, tasks []task, decided []*outcome) []outcome {
 	outcomes := make([]outcome, len(tasks))
 	if len(tasks) == 0 {
 		return outcomes
@@ -297,6 +301,10 @@ func (d *Drainer) run(ctx context.Context, tasks []task) []outcome {
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range tasks {
+		if decided[i] != nil {
+			outcomes[i] = *decided[i]
+			continue
+		}
 		wg.Go(func() {
 			outcomes[i] = d.do(ctx, admitCtx, tasks[i])
 		})

@@ -86,6 +86,39 @@ func TestDrainReportsAPodBlockedByAPodDisruptionBudgetUntilTheBudgetAllowsIt(t *
 	g.Expect(getPod(t, ns, "web-0").DeletionTimestamp).NotTo(BeNil())
 }
 
+func TestDrainSendsNoEvictionTheBudgetAlreadyRefuses(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	for _, name := range []string{"web-0", "web-1", "web-2"} {
+		newPod(t, ns, name, node, withLabels(map[string]string{"app": "web"}), running())
+	}
+	pdb := newPDB(t, ns, "web", map[string]string{"app": "web"})
+	setDisruptionsAllowed(t, pdb, 1)
+	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+
+	// The budget allows one disruption: one eviction is sent, the other two
+	// are refused here without a request (which would only be answered 429
+	// and spend an eviction token).
+	res, err := d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Evicted).To(Equal(1))
+	g.Expect(res.Blocked).To(Equal(2))
+	g.Expect(res.Deferred).To(Equal(0))
+	g.Expect(res.BlockedPods).To(HaveLen(2))
+	for _, b := range res.BlockedPods {
+		g.Expect(b.PodDisruptionBudget).To(Equal("web"))
+		g.Expect(b.Message).To(And(ContainSubstring("disruption budget"), ContainSubstring("allows 1 disruptions"), ContainSubstring("not sent")))
+	}
+	terminating := 0
+	for _, name := range []string{"web-0", "web-1", "web-2"} {
+		if getPod(t, ns, name).DeletionTimestamp != nil {
+			terminating++
+		}
+	}
+	g.Expect(terminating).To(Equal(1))
+}
+
 func TestDrainLeavesDaemonSetMirrorOwnJobAndSkippedNamespacePodsAloneAndUncounted(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t, nil)
@@ -450,6 +483,8 @@ func TestDrainSpreadsEvictionsOverPassesAtTheConfiguredRate(t *testing.T) {
 	g.Expect(res.Remaining).To(Equal(5))
 	g.Expect(res.Evicted).To(BeNumerically(">=", 1))
 	g.Expect(res.Evicted).To(BeNumerically("<", 5))
+	// The rest had no token in time: deferred, to be retried at once.
+	g.Expect(res.Deferred).To(Equal(5 - res.Evicted))
 	evicted := res.Evicted
 
 	// Later passes carry on with the pods still running, never evicting one twice.

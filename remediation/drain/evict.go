@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -213,18 +214,92 @@ func (d *Drainer) newBudgetCache() *budgetCache {
 // nameFor returns the name of the budget selecting pod, or "" when none does
 // or the budgets could not be listed.
 func (c *budgetCache) nameFor(ctx context.Context, pod *corev1.Pod) string {
-	pdbs, ok := c.byNamespace[pod.Namespace]
+	return budgetFor(pod, c.inNamespace(ctx, pod.Namespace))
+}
+
+// inNamespace returns the budgets of namespace, listed once per pass.
+func (c *budgetCache) inNamespace(ctx context.Context, namespace string) []policyv1.PodDisruptionBudget {
+	pdbs, ok := c.byNamespace[namespace]
 	if !ok {
 		list := &policyv1.PodDisruptionBudgetList{}
-		if err := c.client.List(ctx, list, client.InNamespace(pod.Namespace)); err != nil {
-			// The name is for people reading status; the count is what the
-			// caller acts on, so a failed lookup only leaves the name out.
-			log.FromContext(ctx).Error(err, "Listing PodDisruptionBudgets failed", "namespace", pod.Namespace)
+		if err := c.client.List(ctx, list, client.InNamespace(namespace)); err != nil {
+			// The budgets only name a blocked pod's budget and spare requests
+			// the apiserver would refuse; without them every eviction is
+			// sent and the apiserver decides, so a failed lookup is logged.
+			log.FromContext(ctx).Error(err, "Listing PodDisruptionBudgets failed", "namespace", namespace)
 		}
 		pdbs = list.Items
-		c.byNamespace[pod.Namespace] = pdbs
+		c.byNamespace[namespace] = pdbs
 	}
-	return budgetFor(pod, pdbs)
+	return pdbs
+}
+
+// refuse decides, before any request, which evictions the apiserver would
+// refuse: those of Ready pods whose one PodDisruptionBudget, as the cache
+// shows it and up to date with its spec, allows no disruption, or no more
+// than this pass has already admitted under it. Such a request would only
+// be answered 429 and, worse, spend an eviction token that a pod other
+// budgets allow is waiting for. It returns, by task, the outcome of each
+// refused one (nil: send it). The apiserver stays the judge of every
+// eviction that is sent: a stale cache that allows too many only costs 429s,
+// one that allows too few is caught up by the next pass, which the budget's
+// own change triggers. Deletions after a timeout bypass budgets, and pods
+// that are not Ready, or under no or several budgets, are left to the
+// apiserver's rules.
+func (c *budgetCache) refuse(ctx context.Context, tasks []task) []*outcome {
+	out := make([]*outcome, len(tasks))
+	admitted := map[types.NamespacedName]int32{}
+	for i, t := range tasks {
+		if t.delete || !podReady(t.pod) {
+			continue
+		}
+		var selecting []*policyv1.PodDisruptionBudget
+		pdbs := c.inNamespace(ctx, t.pod.Namespace)
+		for j := range pdbs {
+			if selects(&pdbs[j], t.pod) {
+				selecting = append(selecting, &pdbs[j])
+			}
+		}
+		if len(selecting) != 1 {
+			continue
+		}
+		pdb := selecting[0]
+		if pdb.Status.ObservedGeneration < pdb.Generation {
+			continue
+		}
+		key := client.ObjectKeyFromObject(pdb)
+		if admitted[key] < pdb.Status.DisruptionsAllowed {
+			admitted[key]++
+			continue
+		}
+		out[i] = &outcome{kind: outcomeBlocked, pod: t.pod, message: truncate(fmt.Sprintf(
+			"Cannot evict pod as it would violate the pod's disruption budget: PodDisruptionBudget %s allows %d disruptions (%d of %d desired healthy pods healthy); not sent",
+			pdb.Name, pdb.Status.DisruptionsAllowed, pdb.Status.CurrentHealthy, pdb.Status.DesiredHealthy))}
+	}
+	return out
+}
+
+// selects says whether pdb's selector matches pod; an empty or invalid
+// selector matches nothing, as the apiserver's eviction treats it.
+func selects(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
+	if pdb.Spec.Selector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || sel.Empty() {
+		return false
+	}
+	return sel.Matches(labels.Set(pod.Labels))
+}
+
+// podReady says whether pod's Ready condition is true.
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // describeBlocked returns the first maxBlockedPods of blocked, sorted by
