@@ -45,6 +45,11 @@ type Cluster struct {
 	Kubeconfig string
 	// KubectlBin is the kubectl Kubectl runs (default: kubectl on PATH).
 	KubectlBin string
+	// NoControllerLeaderElection runs kube-controller-manager and
+	// kube-scheduler without leader election: with it, an apiserver outage
+	// longer than their renew deadline (10 s) makes them exit for good, as
+	// nobody restarts them. Set before Create.
+	NoControllerLeaderElection bool
 
 	// Config, Client and Clientset act as the cluster admin.
 	Config    *rest.Config
@@ -91,10 +96,17 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 // Create starts the cluster with the suite's kwok stages and connects to it.
 func (c *Cluster) Create(ctx context.Context) error {
 	b := func(n string) string { return filepath.Join(c.BinDir, n) }
+	config := filepath.Join(c.Root, "e2e", "testdata", "kwok-stages.yaml")
+	if c.NoControllerLeaderElection {
+		var err error
+		if config, err = c.configWithoutLeaderElection(config); err != nil {
+			return err
+		}
+	}
 	err := c.kwokctl(ctx, "create", "cluster",
 		"--runtime", "binary",
 		"--kubeconfig", filepath.Join(c.WorkDir, "kubeconfig-unused.yaml"),
-		"--config", filepath.Join(c.Root, "e2e", "testdata", "kwok-stages.yaml"),
+		"--config", config,
 		"--wait", "2m", "--timeout", "3m",
 		"--etcd-binary", b("etcd"),
 		"--kube-apiserver-binary", b("kube-apiserver"),
@@ -105,6 +117,29 @@ func (c *Cluster) Create(ctx context.Context) error {
 		return err
 	}
 	return c.connect()
+}
+
+// configWithoutLeaderElection writes a copy of the kwokctl configuration
+// at path into the work directory with kube-controller-manager and
+// kube-scheduler told --leader-elect=false, and returns the copy's path.
+func (c *Cluster) configWithoutLeaderElection(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	const anchor = "componentsPatches:\n"
+	s := string(b)
+	if !strings.Contains(s, anchor) {
+		return "", fmt.Errorf("%s has no componentsPatches to add to", path)
+	}
+	s = strings.Replace(s, anchor, anchor+
+		"- name: kube-controller-manager\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}\n"+
+		"- name: kube-scheduler\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}\n", 1)
+	if err := os.MkdirAll(c.WorkDir, 0o700); err != nil {
+		return "", err
+	}
+	out := filepath.Join(c.WorkDir, "kwokctl-config.yaml")
+	return out, os.WriteFile(out, []byte(s), 0o600)
 }
 
 // Attach connects to a running kwokctl cluster (one hack/realnode.sh

@@ -39,6 +39,16 @@ type Options struct {
 	Dir string
 	// Nodes is how many fake GPU nodes to create (gpu-node-0 …).
 	Nodes int
+	// MonitorNodes is how many of them, the first ones, get a
+	// gpuhealth-monitor process; 0 means every node.
+	MonitorNodes int
+	// NoControllerLeaderElection: see Cluster.NoControllerLeaderElection
+	// (for apiserver outages longer than 10 s).
+	NoControllerLeaderElection bool
+	// KernelLog makes each monitor also read a kernel log of its own (a
+	// file in the node's folder, see Monitor.InjectKernelXIDs) besides
+	// NVML.
+	KernelLog bool
 	// PolicyPatch is a JSON merge patch applied to the chart's default
 	// RemediationPolicy (config/samples') (shorter durations for a quick run).
 	PolicyPatch string
@@ -77,6 +87,7 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	if e.Cluster, err = NewCluster(o.Prefix, o.ExactName, o.Root, binDir, filepath.Join(o.Dir, "kwok")); err != nil {
 		return e, err
 	}
+	e.Cluster.NoControllerLeaderElection = o.NoControllerLeaderElection
 	o.Log("creating kwok cluster %s (real kube-apiserver, etcd, controller-manager, scheduler; fake nodes)", e.Cluster.Name)
 	if err := e.Cluster.Create(ctx); err != nil {
 		return e, err
@@ -100,9 +111,13 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		}
 		e.Nodes = append(e.Nodes, name)
 	}
-	o.Log("starting a gpuhealth-monitor per node (fake NVML, token bound to the node's DaemonSet pod)")
-	for i, n := range e.Nodes {
-		m, err := NewMonitor(ctx, e.Cluster, e.Bins, o.Dir, n, Scenario(i))
+	monitored := e.Nodes
+	if o.MonitorNodes > 0 && o.MonitorNodes < len(e.Nodes) {
+		monitored = e.Nodes[:o.MonitorNodes]
+	}
+	o.Log("starting a gpuhealth-monitor on %d nodes (fake NVML, token bound to the node's DaemonSet pod)", len(monitored))
+	for i, n := range monitored {
+		m, err := NewMonitorWith(ctx, e.Cluster, e.Bins, o.Dir, n, Scenario(i), MonitorOptions{KernelLog: o.KernelLog})
 		if err != nil {
 			return e, err
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -203,6 +204,19 @@ type Monitor struct {
 	Node     string
 	Scenario string
 	SpoolDir string
+	// KernelLog is the kernel log file the monitor reads (MonitorOptions),
+	// empty when it reads none.
+	KernelLog string
+
+	kmsgMu  sync.Mutex
+	kmsgSeq int
+}
+
+// MonitorOptions are a monitor's optional settings.
+type MonitorOptions struct {
+	// KernelLog adds the kmsg source, reading a file in the node's folder
+	// that InjectKernelXIDs appends the driver's records to.
+	KernelLog bool
 }
 
 // NewMonitor prepares the monitor for node: it finds the monitor
@@ -210,6 +224,11 @@ type Monitor struct {
 // bound to that pod — so the own-node admission policy applies for real —
 // and writes the node's scenario.
 func NewMonitor(ctx context.Context, c *Cluster, b Binaries, dir, node, scenario string) (*Monitor, error) {
+	return NewMonitorWith(ctx, c, b, dir, node, scenario, MonitorOptions{})
+}
+
+// NewMonitorWith is NewMonitor with options.
+func NewMonitorWith(ctx context.Context, c *Cluster, b Binaries, dir, node, scenario string, o MonitorOptions) (*Monitor, error) {
 	var pod string
 	err := Poll(ctx, 2*time.Minute, func() (bool, string) {
 		pods, err := c.Clientset.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{
@@ -243,7 +262,16 @@ func NewMonitor(ctx context.Context, c *Cluster, b Binaries, dir, node, scenario
 	}
 	cfg := filepath.Join(nodeDir, "monitor.yaml")
 	// Short intervals so the suite runs in seconds, not minutes.
-	if err := os.WriteFile(cfg, []byte("sources: [nvml]\nnvml: {pollInterval: 1s, window: 5s}\npublish: {window: 1s}\n"), 0o600); err != nil {
+	config := "sources: [nvml]\nnvml: {pollInterval: 1s, window: 5s}\npublish: {window: 1s}\n"
+	kmsg := ""
+	if o.KernelLog {
+		kmsg = filepath.Join(nodeDir, "kmsg")
+		if err := os.WriteFile(kmsg, nil, 0o600); err != nil {
+			return nil, err
+		}
+		config = fmt.Sprintf("sources: [nvml, kmsg]\nnvml: {pollInterval: 1s, window: 5s}\nkmsg: {path: %s}\npublish: {window: 1s}\n", kmsg)
+	}
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
 	health, err := FreeAddr()
@@ -256,7 +284,7 @@ func NewMonitor(ctx context.Context, c *Cluster, b Binaries, dir, node, scenario
 	}
 	spool := filepath.Join(nodeDir, "spool")
 	return &Monitor{
-		Node: node, Scenario: sc, SpoolDir: spool,
+		Node: node, Scenario: sc, SpoolDir: spool, KernelLog: kmsg,
 		Process: &Process{
 			Name: "gpuhealth-monitor on " + node, LogPath: filepath.Join(nodeDir, "monitor.log"), Health: health, Metrics: metrics,
 			bin: b.Monitor,
@@ -274,4 +302,68 @@ func (m *Monitor) Inject(lines ...string) error { return AppendScenario(m.Scenar
 // InjectXID makes the node's GPU device raise an XID now.
 func (m *Monitor) InjectXID(device, code int) error {
 	return m.Inject(fmt.Sprintf("xid device=%d code=%d at=%s", device, code, fakenvml.At(time.Now().Add(200*time.Millisecond))))
+}
+
+// PCIBusID is the bus id the fake NVML scenario (Scenario) gives GPU
+// device, as the driver's kernel log names it ("0000:38:00"; NVML adds
+// ".0").
+func PCIBusID(device int) string { return fmt.Sprintf("0000:%02x:00", 0x18+device*0x10) }
+
+// InjectKernelXIDs appends n records of XID code on GPU device to the
+// monitor's kernel log (MonitorOptions.KernelLog), as the driver prints
+// them, chunk records at a time with pause between chunks (a burst), and
+// returns how many it wrote: n, unless writing failed.
+func (m *Monitor) InjectKernelXIDs(device, code, n, chunk int, pause time.Duration) (int, error) {
+	if m.KernelLog == "" {
+		return 0, fmt.Errorf("the monitor on %s reads no kernel log", m.Node)
+	}
+	if chunk <= 0 {
+		chunk = n
+	}
+	m.kmsgMu.Lock()
+	defer m.kmsgMu.Unlock()
+	f, err := os.OpenFile(m.KernelLog, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.Close() }()
+	written := 0
+	var b strings.Builder
+	for i := range n {
+		m.kmsgSeq++
+		up, err := uptimeMicros()
+		if err != nil {
+			return written, err
+		}
+		fmt.Fprintf(&b, "3,%d,%d,-;NVRM: Xid (PCI:%s): %d, pid=1234, name=python, record %d\n", m.kmsgSeq, up, PCIBusID(device), code, i)
+		if (i+1)%chunk == 0 || i == n-1 {
+			if _, err := f.WriteString(b.String()); err != nil {
+				return written, fmt.Errorf("appending to %s: %w", m.KernelLog, err)
+			}
+			written += (i % chunk) + 1
+			b.Reset()
+			if i < n-1 {
+				time.Sleep(pause)
+			}
+		}
+	}
+	return written, nil
+}
+
+// uptimeMicros is this machine's uptime in microseconds: the clock of the
+// kernel log's records.
+func uptimeMicros() (int64, error) {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("/proc/uptime is empty")
+	}
+	up, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("parsing /proc/uptime: %w", err)
+	}
+	return int64(up * 1e6), nil
 }
