@@ -135,6 +135,14 @@ e2e-node: controlplane $(HELM) image ## Real-node tier: a kubelet with container
 	rc=0; GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) go test -tags e2enode -count=1 -v -timeout 15m ./e2e/realnode/ || rc=$$?; \
 	  if [ -z "$$GPUHEALTH_E2E_KEEP" ]; then hack/realnode.sh down >/dev/null 2>&1 || true; fi; exit $$rc
 
+# The chaos soak's smoke (hack/soak): two minutes of chaos on the full
+# 200-node setup, the same invariants as the 30-minute run.
+SOAK_SMOKE_FLAGS ?= -duration 2m
+
+.PHONY: soak-smoke
+soak-smoke: controlplane $(HELM) ## Chaos soak, 2-minute smoke: faults, leader kills, an apiserver outage and a monitor kill on a local kwok cluster, with the invariant checks (the full run: go run ./hack/soak).
+	HELM=$(HELM) go run ./hack/soak $(SOAK_SMOKE_FLAGS)
+
 .PHONY: dashboard-png
 dashboard-png: ## Draw the dashboard's Goodput row into docs/dashboard.png from the operator metrics the last make e2e recorded in _output/e2e/operator-metrics.txt (other files: E2E_METRICS=…, DASHBOARD_PNG=…).
 	@test -s $(E2E_METRICS) || { echo "no recording at $(E2E_METRICS): run make e2e first (or set E2E_METRICS)"; exit 1; }
@@ -149,7 +157,7 @@ demo-down: ## Remove the demo cluster and stop its processes.
 	go run ./e2e/demo -down
 
 .PHONY: test
-test: controlplane verify-generated lint unit fuzz e2e e2e-node ## Everything CI runs: generated files, lint, unit and envtest suites, short fuzz runs, the end-to-end suite and its real-node tier.
+test: controlplane verify-generated lint unit fuzz e2e e2e-node soak-smoke ## Everything CI runs: generated files, lint, unit and envtest suites, short fuzz runs, the end-to-end suite and its real-node tier, the chaos soak's smoke.
 
 ##@ Tools
 
