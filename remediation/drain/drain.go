@@ -67,6 +67,9 @@ type Drainer struct {
 	limiter *rate.Limiter
 	// inFlight bounds the eviction and deletion requests in flight at once.
 	inFlight *gate
+	// budgets counts, per PodDisruptionBudget, the evictions admitted
+	// since the cache last showed it changed, across every node's pass.
+	budgets *ledger
 }
 
 // New returns a Drainer that reads and writes through c and takes the time
@@ -77,6 +80,7 @@ func New(c client.Client, clk clock.PassiveClock) *Drainer {
 		clock:    clk,
 		limiter:  rate.NewLimiter(defaultEvictionsPerSecond, defaultEvictionsPerSecond),
 		inFlight: newGate(defaultMaxConcurrentEvictions),
+		budgets:  newLedger(),
 	}
 }
 
@@ -237,8 +241,13 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 	}
 
 	budgets := d.newBudgetCache()
+	decided, admitted := budgets.refuse(passCtx, d.budgets, tasks)
 	var blocked []blockedPod
-	for i, out := range d.run(passCtx, tasks, budgets.refuse(passCtx, tasks)) {
+	for i, out := range d.run(passCtx, tasks, decided) {
+		if a := admitted[i]; a != nil && out.kind != outcomeEvicted {
+			// The budget was not spent: give the admission back.
+			d.budgets.release(*a)
+		}
 		switch out.kind {
 		case outcomeEvicted:
 			res.Evicted++

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -237,18 +238,19 @@ func (c *budgetCache) inNamespace(ctx context.Context, namespace string) []polic
 // refuse decides, before any request, which evictions the apiserver would
 // refuse: those of Ready pods whose one PodDisruptionBudget, as the cache
 // shows it and up to date with its spec, allows no disruption, or no more
-// than this pass has already admitted under it. Such a request would only
-// be answered 429 and, worse, spend an eviction token that a pod other
-// budgets allow is waiting for. It returns, by task, the outcome of each
-// refused one (nil: send it). The apiserver stays the judge of every
-// eviction that is sent: a stale cache that allows too many only costs 429s,
-// one that allows too few is caught up by the next pass, which the budget's
-// own change triggers. Deletions after a timeout bypass budgets, and pods
-// that are not Ready, or under no or several budgets, are left to the
-// apiserver's rules.
-func (c *budgetCache) refuse(ctx context.Context, tasks []task) []*outcome {
-	out := make([]*outcome, len(tasks))
-	admitted := map[types.NamespacedName]int32{}
+// than the evictions admitted under it (by this pass or a concurrent one of
+// another node, in l) since the cache last showed it change. Such a request
+// would only be answered 429 and, worse, spend an eviction token that a pod
+// other budgets allow is waiting for. It returns, by task, the outcome of
+// each refused one (nil: send it) and the admission of each one it counted
+// against a budget, which the caller gives back unless the eviction went
+// through. The apiserver stays the judge of every eviction that is sent: a
+// stale cache that allows too many only costs 429s, one that allows too
+// few is caught up by the next pass, which the budget's own change
+// triggers. Deletions after a timeout bypass budgets, and pods that are not
+// Ready, or under no or several budgets, are left to the apiserver's rules.
+func (c *budgetCache) refuse(ctx context.Context, l *ledger, tasks []task) ([]*outcome, []*admission) {
+	out, admitted := make([]*outcome, len(tasks)), make([]*admission, len(tasks))
 	for i, t := range tasks {
 		if t.delete || !podReady(t.pod) {
 			continue
@@ -267,16 +269,67 @@ func (c *budgetCache) refuse(ctx context.Context, tasks []task) []*outcome {
 		if pdb.Status.ObservedGeneration < pdb.Generation {
 			continue
 		}
-		key := client.ObjectKeyFromObject(pdb)
-		if admitted[key] < pdb.Status.DisruptionsAllowed {
-			admitted[key]++
+		if a, ok := l.admit(pdb); ok {
+			admitted[i] = &a
 			continue
 		}
 		out[i] = &outcome{kind: outcomeBlocked, pod: t.pod, message: truncate(fmt.Sprintf(
 			"Cannot evict pod as it would violate the pod's disruption budget: PodDisruptionBudget %s allows %d disruptions (%d of %d desired healthy pods healthy); not sent",
 			pdb.Name, pdb.Status.DisruptionsAllowed, pdb.Status.CurrentHealthy, pdb.Status.DesiredHealthy))}
 	}
-	return out
+	return out, admitted
+}
+
+// ledger counts the evictions admitted under each PodDisruptionBudget since
+// the cache last showed that budget change (a new resourceVersion: the
+// apiserver's own decrement after an eviction, or the disruption
+// controller's count). Concurrent passes of different nodes share it, so
+// together they send no more evictions than the budget allows.
+type ledger struct {
+	mu      sync.Mutex
+	budgets map[types.NamespacedName]ledgerEntry
+}
+
+type ledgerEntry struct {
+	resourceVersion string
+	admitted        int32
+}
+
+// admission is one eviction counted against a budget as it was seen.
+type admission struct {
+	key             types.NamespacedName
+	resourceVersion string
+}
+
+func newLedger() *ledger { return &ledger{budgets: map[types.NamespacedName]ledgerEntry{}} }
+
+// admit counts one more eviction against pdb if it allows one.
+func (l *ledger) admit(pdb *policyv1.PodDisruptionBudget) (admission, bool) {
+	key := client.ObjectKeyFromObject(pdb)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.budgets[key]
+	if e.resourceVersion != pdb.ResourceVersion {
+		e = ledgerEntry{resourceVersion: pdb.ResourceVersion}
+	}
+	if e.admitted >= pdb.Status.DisruptionsAllowed {
+		l.budgets[key] = e
+		return admission{}, false
+	}
+	e.admitted++
+	l.budgets[key] = e
+	return admission{key: key, resourceVersion: e.resourceVersion}, true
+}
+
+// release gives back an admission whose eviction did not go through, if
+// the budget has not changed since.
+func (l *ledger) release(a admission) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.budgets[a.key]; ok && e.resourceVersion == a.resourceVersion && e.admitted > 0 {
+		e.admitted--
+		l.budgets[a.key] = e
+	}
 }
 
 // selects says whether pdb's selector matches pod; an empty or invalid

@@ -47,7 +47,8 @@ func TestRefuseTrustsOnlyACurrentSingleBudget(t *testing.T) {
 		{pod: pod("both-0", "both", true)},
 		{pod: pod("free-0", "free", true)}, // no budget
 	}
-	out := c.refuse(t.Context(), tasks)
+	l := newLedger()
+	out, admitted := c.refuse(t.Context(), l, tasks)
 	refused := map[string]string{}
 	for i, o := range out {
 		if o != nil {
@@ -56,10 +57,49 @@ func TestRefuseTrustsOnlyACurrentSingleBudget(t *testing.T) {
 		}
 	}
 	g.Expect(refused).To(HaveLen(2))
+	g.Expect(admitted[0]).NotTo(BeNil()) // web-0, counted against web
+	for i := 1; i < len(tasks); i++ {
+		g.Expect(admitted[i]).To(BeNil(), tasks[i].pod.Name)
+	}
 	g.Expect(refused).To(HaveKeyWithValue("web-1", ContainSubstring("PodDisruptionBudget web allows 1 disruptions")))
 	g.Expect(refused).To(HaveKeyWithValue("closed-0", ContainSubstring("PodDisruptionBudget closed allows 0 disruptions")))
 	for _, m := range refused {
 		g.Expect(m).To(ContainSubstring("would violate the pod's disruption budget"))
 		g.Expect(len(m)).To(BeNumerically("<=", maxMessageLen))
 	}
+}
+
+// TestLedgerSharesABudgetAcrossPasses checks that concurrent passes of
+// different nodes together admit no more evictions than a budget allows
+// until the cache shows it change, and that an admission whose eviction
+// did not go through is given back.
+func TestLedgerSharesABudgetAcrossPasses(t *testing.T) {
+	g := NewWithT(t)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", ResourceVersion: "10"}}
+	pdb.Status.DisruptionsAllowed = 2
+	l := newLedger()
+	first, ok := l.admit(pdb)
+	g.Expect(ok).To(BeTrue())
+	_, ok = l.admit(pdb) // another node's pass
+	g.Expect(ok).To(BeTrue())
+	_, ok = l.admit(pdb)
+	g.Expect(ok).To(BeFalse(), "a third eviction before the budget changes")
+
+	// The first eviction found no token: its admission comes back.
+	l.release(first)
+	_, ok = l.admit(pdb)
+	g.Expect(ok).To(BeTrue())
+
+	// The cache shows the budget changed (the apiserver's decrement, or the
+	// disruption controller's count): counting starts over from it.
+	changed := pdb.DeepCopy()
+	changed.ResourceVersion, changed.Status.DisruptionsAllowed = "11", 1
+	stale, ok := l.admit(changed)
+	g.Expect(ok).To(BeTrue())
+	_, ok = l.admit(changed)
+	g.Expect(ok).To(BeFalse())
+	// An admission of an older version changes nothing when given back.
+	l.release(admission{key: stale.key, resourceVersion: "10"})
+	_, ok = l.admit(changed)
+	g.Expect(ok).To(BeFalse())
 }
