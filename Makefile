@@ -183,5 +183,13 @@ bench-monitor: controlplane ## Node agent benchmark: injection-to-object latency
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh 2>/dev/null | tail -1)" go run ./hack/monitorbench
 
 .PHONY: bench
-bench: controlplane build-operator ## Cordon-speed benchmark on a local kwok cluster (N=1000 takes a few minutes).
+bench: controlplane build-operator ## Cordon-speed benchmark on a local kwok cluster, 10 pods per node (N=1000 in under 5 minutes; NODES=100 for a quick look).
 	go run ./hack/bench -nodes $${NODES:-1000}
+
+.PHONY: bench-scale
+bench-scale: controlplane build-operator ## The scale curve: the cordon benchmark at 1,000, 2,000 and 5,000 nodes (10 pods each), each on a fresh cluster; draws docs/scale.png.
+	go run ./hack/bench -nodes $${SIZES:-1000,2000,5000} -plot docs/scale.png -out _output/bench-scale.md
+
+.PHONY: bench-drain
+bench-drain: controlplane build-operator ## Drain race: gpuhealth (sample and raised eviction limits) against kubectl drain -l on identical fresh node sets.
+	go run ./hack/bench -drain -out _output/bench-drain.md

@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -49,6 +48,8 @@ type cluster struct {
 	kubeconfig string
 	// adminKubeconfig is the cluster's own admin kubeconfig (client certificate).
 	adminKubeconfig string
+	// workdir is kwokctl's work directory.
+	workdir string
 }
 
 // newCluster names a cluster uniquely; it creates nothing yet.
@@ -76,6 +77,7 @@ func newCluster(binDir string) (*cluster, error) {
 		binDir:          binDir,
 		kubeconfig:      filepath.Join(os.TempDir(), name+".kubeconfig"),
 		adminKubeconfig: filepath.Join(workdir, "clusters", name, "kubeconfig.yaml"),
+		workdir:         workdir,
 	}, nil
 }
 
@@ -91,11 +93,37 @@ func (c *cluster) kwokctl(ctx context.Context, args ...string) error {
 	return nil
 }
 
+// kwokctlConfig raises kube-controller-manager's and kube-scheduler's
+// client rate limits (defaults 20 and 50 requests/s), as large clusters
+// do: at the defaults, the ReplicaSet controller creates a 50,000-pod
+// Deployment at 20 pods/s and the scheduler binds at 50/s, so setting up
+// the 5,000-node run alone would take most of an hour, and a drain's
+// replacement pods would wait for the controller's rate limit instead of
+// the apiserver.
+const kwokctlConfig = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+componentsPatches:
+- name: kube-controller-manager
+  extraArgs:
+  - {key: kube-api-qps, value: "1000"}
+  - {key: kube-api-burst, value: "1000"}
+- name: kube-scheduler
+  extraArgs:
+  - {key: kube-api-qps, value: "1000"}
+  - {key: kube-api-burst, value: "1000"}
+`
+
 // create starts the cluster and waits for kwokctl to report it ready.
 func (c *cluster) create(ctx context.Context, timeout time.Duration) error {
 	b := func(name string) string { return filepath.Join(c.binDir, name) }
+	config := filepath.Join(os.TempDir(), c.name+".kwokctl.yaml")
+	if err := os.WriteFile(config, []byte(kwokctlConfig), 0o600); err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(config) }()
 	return c.kwokctl(ctx, "create", "cluster",
 		"--runtime", "binary",
+		"--config", config,
 		"--kubeconfig", c.kubeconfig,
 		"--timeout", timeout.String(),
 		"--wait", timeout.String(),
@@ -178,53 +206,14 @@ func (h *harness) waitReadyz(ctx context.Context) error {
 	}
 }
 
-// addNodes scales the cluster to total nodes, labels every node as a GPU
-// node and returns all node names, sorted.
-func (h *harness) addNodes(ctx context.Context, total int) ([]string, error) {
-	if err := h.c.kwokctl(ctx, "scale", "node", "--replicas", fmt.Sprint(total)); err != nil {
-		return nil, err
-	}
-	if err := h.wait(ctx, fmt.Sprintf("%d nodes", total), h.nodes.changed, func() (bool, string) {
-		n := h.nodes.count()
-		return n >= total, fmt.Sprintf("%d/%d nodes exist", n, total)
-	}); err != nil {
-		return nil, err
-	}
-	all := h.nodes.names()
-	if len(all) != total {
-		return nil, fmt.Errorf("expected %d nodes after scaling, found %d", total, len(all))
-	}
-	var unlabeled []string
-	for _, n := range all {
-		if !h.nodes.get(n).labeled {
-			unlabeled = append(unlabeled, n)
-		}
-	}
-	logf("labeling %d nodes %s=true", len(unlabeled), gpuLabel)
-	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, gpuLabel))
-	err := parallel(ctx, len(unlabeled), h.o.workers, func(ctx context.Context, i int) error {
-		_, err := h.cs.CoreV1().Nodes().Patch(ctx, unlabeled[i], types.MergePatchType, patch, metav1.PatchOptions{})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("labeling nodes: %w", err)
-	}
-	return all, h.wait(ctx, "node labels", h.nodes.changed, func() (bool, string) {
-		n := 0
-		for _, name := range all {
-			if h.nodes.get(name).labeled {
-				n++
-			}
-		}
-		return n == len(all), fmt.Sprintf("%d/%d labeled", n, len(all))
-	})
-}
-
-// applyManifests applies the namespace, CRDs and RBAC with kubectl, waits for
+// applyManifests applies the namespace, CRDs, the operator's RBAC and the
+// monitor's (with its own-node admission policy) with kubectl, waits for
 // the CRDs and starts the NodeHealth watch.
 func (h *harness) applyManifests(ctx context.Context) error {
 	kc := "--kubeconfig=" + h.c.adminKubeconfig
-	if out, err := runOut(ctx, "kubectl", kc, "apply", "-f", "config/manager/namespace.yaml", "-f", "config/crd", "-f", "config/rbac"); err != nil {
+	if out, err := runOut(ctx, "kubectl", kc, "apply", "-f", "config/manager/namespace.yaml", "-f", "config/crd", "-f", "config/rbac",
+		"-f", "config/monitor/service_account.yaml", "-f", "config/monitor/role.yaml", "-f", "config/monitor/role_binding.yaml",
+		"-f", "config/monitor/admission_policy.yaml"); err != nil {
 		return fmt.Errorf("kubectl apply: %w\n%s", err, tail(out, 2000))
 	}
 	crds := []string{"crd/nodehealthevents.gpuhealth.dev", "crd/nodehealths.gpuhealth.dev", "crd/remediationpolicies.gpuhealth.dev"}
@@ -248,21 +237,27 @@ func (h *harness) applyManifests(ctx context.Context) error {
 	return nil
 }
 
-// createPolicy creates the bench RemediationPolicy. It is unstructured so
-// that it reads the same whatever the Go types of this checkout carry.
-func (h *harness) createPolicy(ctx context.Context) error {
+// benchPolicy is the cordon benchmark's RemediationPolicy spec.
+func benchPolicy() map[string]any {
+	return map[string]any{
+		"nodeSelector": map[string]any{"matchLabels": map[string]any{gpuLabel: "true"}},
+		// Quarantine only: nothing drains, so nodes stay Quarantined.
+		"budgets": map[string]any{"maxUnavailable": int64(0)},
+		// A burst of N quarantines is what the circuit breaker exists to
+		// stop; the benchmark measures the path behind it.
+		"circuitBreaker": map[string]any{"enabled": false},
+	}
+}
+
+// createPolicy creates the bench RemediationPolicy with spec. It is
+// unstructured so that it reads the same whatever the Go types of this
+// checkout carry.
+func (h *harness) createPolicy(ctx context.Context, spec map[string]any) error {
 	p := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": gpuhealthv1alpha1.GroupVersion.String(),
 		"kind":       "RemediationPolicy",
 		"metadata":   map[string]any{"name": policyName},
-		"spec": map[string]any{
-			"nodeSelector": map[string]any{"matchLabels": map[string]any{gpuLabel: "true"}},
-			// Quarantine only: nothing drains, so nodes stay Quarantined.
-			"budgets": map[string]any{"maxUnavailable": int64(0)},
-			// A burst of N quarantines is what the circuit breaker exists to
-			// stop; the benchmark measures the path behind it.
-			"circuitBreaker": map[string]any{"enabled": false},
-		},
+		"spec":       spec,
 	}}
 	if err := h.crc.Create(ctx, p); err != nil {
 		return fmt.Errorf("creating RemediationPolicy: %w", err)

@@ -1,39 +1,50 @@
-// Command bench measures how fast gpuhealth cordons GPU nodes and prints the
-// comparison published in docs/performance.md. In one run, on one throwaway
-// kwok cluster (fake nodes, real kube-apiserver, etcd and controllers), it
-// measures:
+// Command bench measures how fast gpuhealth cordons and drains GPU nodes
+// and prints the comparisons published in docs/performance.md. Each size
+// (-nodes 1000, or a list such as 1000,2000,5000 for the scale curve) runs
+// on its own throwaway kwok cluster (fake nodes, real kube-apiserver, etcd
+// and controllers) with -pods-per-node workload pods on each of its N GPU
+// nodes (one Deployment, placed by kube-scheduler), and measures, each on
+// fresh nodes so no phase waits for another's leftovers:
 //
 //   - raw: a plain client-go loop, 16 workers and no client-side rate limit,
-//     merge-patches spec.unschedulable=true on all N nodes. This is what the
-//     apiserver allows; nothing that cordons through it can be faster.
-//   - operator burst: the gpuhealth-operator binary runs as a child process
+//     merge-patches spec.unschedulable=true on N nodes of its own (deleted
+//     after). This is what the apiserver allows; nothing that cordons
+//     through it can be faster.
+//   - steady state: the gpuhealth-operator binary runs as a child process
 //     with its service account's RBAC and manages the N nodes through a
 //     RemediationPolicy (maxUnavailable 0: quarantine only, no drain, and the
 //     circuit breaker off, since a burst of N quarantines is exactly what it
-//     stops). The harness creates N Fatal XID 79 NodeHealthEvents at once and
-//     times the first create until a node watch has seen every node cordoned;
-//     it reports nodes/s and the ratio to raw.
-//   - API writes per node: the apiserver's apiserver_request_total (write
-//     verbs, per resource) just before the burst and once every NodeHealth is
-//     Quarantined, less the harness's own N creates, divided by N. The
-//     operator's own client count (rest_client_requests_total) is shown too.
-//   - single-event latency: K fresh nodes are added at steady state and one
-//     event at a time is created for one of them; creation to cordon seen in
-//     the watch, as p50, p90, p99 and max.
+//     stops); its cache sync time, idle CPU and the memory of every
+//     process.
+//   - operator burst: N Fatal XID 79 NodeHealthEvents created at once, timed
+//     from the first create until a node watch has seen every node
+//     cordoned; the ratio to the floor (the creates alone and the raw loop),
+//     and the API writes per node it took.
+//   - single-event latency: K fresh nodes, one event at a time, creation to
+//     cordon seen in the watch, as p50, p90, p99 and max.
+//   - detection to cordon (-detect-samples): real gpuhealth-monitor processes
+//     with the fake NVML library on fresh nodes, one XID at a time scheduled
+//     in the scenario, to the node seen cordoned.
 //   - backlog (-backlog): N more fresh nodes; with the operator stopped the
 //     harness creates one event per node (timed: the creates alone), then
 //     starts a new operator process and times its start until every one of
-//     those nodes is seen cordoned — a restart after an outage, and the
-//     operator's throughput apart from the harness's creation rate.
+//     those nodes is seen cordoned — a restart after an outage.
+//
+// -drain runs the drain race instead: on three identical fresh node sets in
+// one cluster (victims full of a Deployment's pods under a PDB, spares for
+// the replacements), gpuhealth with the sample policy's eviction limits,
+// gpuhealth with raised limits, and kubectl drain -l.
 //
 // Run it from the repository root (it builds the operator and finds the
 // control-plane binaries itself):
 //
 //	go run ./hack/bench -nodes 1000
 //	make bench NODES=1000
+//	make bench-scale     # 1,000, 2,000 and 5,000 nodes; draws docs/scale.png
+//	make bench-drain
 //
-// It prints a Markdown table for docs/performance.md on stdout (and to -out),
-// progress on stderr, and keeps the operator's log in a temporary file. The
+// It prints Markdown tables for docs/performance.md on stdout (and to -out),
+// progress on stderr, and keeps the operator's log in a temporary file. Each
 // cluster is deleted at the end, also on error or Ctrl-C; every wait has a
 // deadline (-timeout).
 package main
@@ -46,43 +57,65 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // options are the command-line flags.
 type options struct {
-	nodes           int
+	sizes           []int
+	nodes           int // the N of the run under way
+	podsPerNode     int
+	idle            time.Duration
 	latencySamples  int
+	detectSamples   int
+	detectMonitors  int
 	workers         int
 	operatorWorkers int
 	timeout         time.Duration
 	out             string
+	plot            string
 	operatorBin     string
 	build           bool
 	controlPlane    string
 	keep            bool
 	backlog         bool
+	drain           bool
+	drainNodes      int
+	drainPods       int
 	operatorArgs    string
 }
 
 func main() {
 	var o options
-	flag.IntVar(&o.nodes, "nodes", 1000, "Number of fake GPU nodes (N).")
+	var sizes string
+	flag.StringVar(&sizes, "nodes", "1000", "Number of fake GPU nodes (N); a comma-separated list (1000,2000,5000) runs each size on its own fresh cluster and draws the scale curve.")
+	flag.IntVar(&o.podsPerNode, "pods-per-node", 10, "Workload pods on each of the N nodes (one Deployment spread over them, placed by kube-scheduler); 0 for none.")
+	flag.DurationVar(&o.idle, "idle", 30*time.Second, "How long the operator's idle CPU is measured at steady state; 0 skips it.")
 	flag.IntVar(&o.latencySamples, "latency-samples", 100, "Fresh nodes added for the single-event latency samples (K); 0 skips that part.")
-	flag.IntVar(&o.workers, "workers", 16, "Parallel requests of the harness (raw cordon, labels, event creates).")
+	flag.IntVar(&o.detectSamples, "detect-samples", 50, "XIDs injected through real gpuhealth-monitor processes (fake NVML), one at a time, each timed to its node cordoned; 0 skips that part.")
+	flag.IntVar(&o.detectMonitors, "detect-monitors", 10, "Monitor processes running at once for -detect-samples (each on its own fresh node, one XID each).")
+	flag.IntVar(&o.workers, "workers", 16, "Parallel requests of the harness (raw cordon, node and event creates).")
 	flag.IntVar(&o.operatorWorkers, "operator-workers", 16, "The operator's --workers.")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "Deadline of each wait (cluster start, nodes, steady state, burst, each latency sample).")
-	flag.StringVar(&o.out, "out", "", "Also write the Markdown table to this file.")
+	flag.StringVar(&o.out, "out", "", "Also write the Markdown tables to this file.")
+	flag.StringVar(&o.plot, "plot", "", "Draw the scale curve (time and memory against N) into this PNG (with more than one -nodes size).")
 	flag.StringVar(&o.operatorBin, "operator", "_output/bin/gpuhealth-operator", "Operator binary, relative to the repository root.")
 	flag.BoolVar(&o.build, "build", true, "Run 'make build-operator' first (a no-op when the binary is up to date).")
 	flag.StringVar(&o.controlPlane, "controlplane", "", "Directory of kwokctl, kwok, etcd and kube-* binaries (default: the last line of hack/controlplane.sh).")
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "Extra flags for the operator, space-separated (e.g. \"--storm-quiet=0\" to compare a setting side by side).")
 	flag.BoolVar(&o.backlog, "backlog", true, "Also measure the backlog case on N fresh nodes: N events created with the operator stopped, then the operator started.")
+	flag.BoolVar(&o.drain, "drain", false, "Run the drain race instead: gpuhealth (the sample policy's eviction limits, then raised ones) against kubectl drain -l, each on its own fresh node set.")
+	flag.IntVar(&o.drainNodes, "drain-nodes", 20, "Nodes drained in each set of the drain race (as many spare nodes take the replacements).")
+	flag.IntVar(&o.drainPods, "drain-pods", 10, "Workload pods on each drained node in the drain race.")
 	flag.BoolVar(&o.keep, "keep", false, "Leave the cluster running at the end (for debugging; delete it with kwokctl delete cluster --name NAME).")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: go run ./hack/bench [flags]\n\nCordon-speed benchmark of gpuhealth-operator on a local kwok cluster.\n\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: go run ./hack/bench [flags]\n\nCordon- and drain-speed benchmark of gpuhealth-operator on a local kwok cluster.\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -90,11 +123,21 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	if o.nodes < 1 || o.latencySamples < 0 || o.workers < 1 || o.operatorWorkers < 1 || o.timeout <= 0 {
-		fmt.Fprintln(os.Stderr, "bench: -nodes, -workers and -operator-workers must be positive, -latency-samples non-negative and -timeout positive")
+	for _, f := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: -nodes: %q is not a positive number of nodes\n", f)
+			os.Exit(2)
+		}
+		o.sizes = append(o.sizes, n)
+	}
+	if o.podsPerNode < 0 || o.latencySamples < 0 || o.detectSamples < 0 || o.detectMonitors < 1 || o.workers < 1 || o.operatorWorkers < 1 || o.timeout <= 0 || o.idle < 0 || o.drainNodes < 1 || o.drainPods < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -workers, -operator-workers, -detect-monitors, -drain-nodes, -drain-pods and -timeout must be positive; -pods-per-node, -latency-samples, -detect-samples and -idle non-negative")
 		os.Exit(2)
 	}
 
+	// The harness's controller-runtime client logs nothing worth showing.
+	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, o)
 	stop()
@@ -104,9 +147,9 @@ func main() {
 	}
 }
 
-// run does the whole benchmark; its deferred cleanups delete the cluster and
-// stop the operator whatever happens.
-func run(sigCtx context.Context, o options) (err error) {
+// run prepares the binaries and runs the drain race or each size's cordon
+// benchmark, each on its own cluster, then prints the tables.
+func run(ctx context.Context, o options) error {
 	start := time.Now()
 	root, err := repoRoot()
 	if err != nil {
@@ -115,28 +158,13 @@ func run(sigCtx context.Context, o options) (err error) {
 	if err := os.Chdir(root); err != nil {
 		return err
 	}
-
-	// The operator's unexpected exit cancels ctx with its cause, so that
-	// every wait and request ends at once with the reason.
-	ctx, cancel := context.WithCancelCause(sigCtx)
-	defer cancel(nil)
-
-	var cleanups []func()
-	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}()
-
-	binDir := o.controlPlane
-	if binDir == "" {
+	if o.controlPlane == "" {
 		logf("finding control-plane binaries (hack/controlplane.sh)")
-		if binDir, err = controlPlaneDir(ctx); err != nil {
+		if o.controlPlane, err = controlPlaneDir(ctx); err != nil {
 			return err
 		}
 	}
-	operatorBin, err := filepath.Abs(o.operatorBin)
-	if err != nil {
+	if o.operatorBin, err = filepath.Abs(o.operatorBin); err != nil {
 		return err
 	}
 	if o.build {
@@ -145,15 +173,77 @@ func run(sigCtx context.Context, o options) (err error) {
 			return fmt.Errorf("make build-operator: %w", err)
 		}
 	}
-	if st, err := os.Stat(operatorBin); err != nil {
+	if st, err := os.Stat(o.operatorBin); err != nil {
 		return fmt.Errorf("operator binary missing (did make build-operator produce it?): %w", err)
 	} else if st.IsDir() {
-		return fmt.Errorf("operator binary %s is a directory", operatorBin)
+		return fmt.Errorf("operator binary %s is a directory", o.operatorBin)
 	}
 
-	c, err := newCluster(binDir)
+	var table string
+	if o.drain {
+		res, err := withCluster(ctx, o, func(ctx context.Context, h *harness, cancel context.CancelCauseFunc, cleanup func(func())) (*drainResults, error) {
+			return h.drainRace(ctx, cancel, cleanup)
+		})
+		if err != nil {
+			return err
+		}
+		res.Command, res.Date = commandLine(), start
+		table = res.markdown()
+	} else {
+		var all []*results
+		for _, n := range o.sizes {
+			o.nodes = n
+			logf("=== N = %d ===", n)
+			res, err := withCluster(ctx, o, func(ctx context.Context, h *harness, cancel context.CancelCauseFunc, cleanup func(func())) (*results, error) {
+				return h.cordonBench(ctx, cancel, cleanup)
+			})
+			if err != nil {
+				return fmt.Errorf("the run with %d nodes: %w", n, err)
+			}
+			res.Date = start
+			all = append(all, res)
+			table += res.markdown() + "\n"
+		}
+		if len(all) > 1 {
+			table = curveMarkdown(all) + "\n" + table
+			if o.plot != "" {
+				if err := plotCurve(all, o.plot); err != nil {
+					return fmt.Errorf("drawing %s: %w", o.plot, err)
+				}
+				logf("wrote %s", o.plot)
+			}
+		}
+	}
+	fmt.Print(table)
+	if o.out != "" {
+		if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+			return fmt.Errorf("writing -out: %w", err)
+		}
+		if err := os.WriteFile(o.out, []byte(table), 0o644); err != nil {
+			return fmt.Errorf("writing -out: %w", err)
+		}
+		logf("wrote %s", o.out)
+	}
+	logf("done in %s", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// withCluster creates a fresh kwok cluster, connects the harness and runs
+// fn; the cleanups fn registers, and the cluster's deletion, run whatever
+// happens. An unexpected exit of a process fn starts cancels ctx through
+// cancel, with its cause.
+func withCluster[R any](sigCtx context.Context, o options, fn func(ctx context.Context, h *harness, cancel context.CancelCauseFunc, cleanup func(func())) (R, error)) (res R, err error) {
+	ctx, cancel := context.WithCancelCause(sigCtx)
+	defer cancel(nil)
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
+	c, err := newCluster(o.controlPlane)
 	if err != nil {
-		return err
+		return res, err
 	}
 	cleanups = append(cleanups, func() {
 		if o.keep {
@@ -169,114 +259,143 @@ func run(sigCtx context.Context, o options) (err error) {
 	})
 	logf("creating kwok cluster %s", c.name)
 	if err := c.create(ctx, o.timeout); err != nil {
-		return err
+		return res, err
 	}
 	h, err := newHarness(ctx, c, o)
 	if err != nil {
-		return err
+		return res, err
 	}
 	cleanups = append(cleanups, h.stopWatches)
+	logf("applying manifests (namespaces, CRDs, RBAC, the monitor's admission policy)")
+	if err := h.applyManifests(ctx); err != nil {
+		return res, err
+	}
+	return fn(ctx, h, cancel, func(f func()) { cleanups = append(cleanups, f) })
+}
 
+// cordonBench is one size's cordon benchmark on its own cluster.
+func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFunc, cleanup func(func())) (*results, error) {
+	o := h.o
 	res := &results{
 		Command:         commandLine(),
-		Date:            start,
 		N:               o.nodes,
 		K:               o.latencySamples,
+		PodsPerNode:     o.podsPerNode,
+		DetectMonitors:  o.detectMonitors,
 		HarnessWorkers:  o.workers,
 		OperatorWorkers: o.operatorWorkers,
 	}
 	res.fillEnvironment(ctx, h)
 
-	nodes, err := h.addNodes(ctx, o.nodes)
+	nodes, err := h.createNodes(ctx, nodeSet{name: "gpu", gpu: true, pods: max(o.podsPerNode, 1)}, o.nodes)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	logf("applying manifests (namespace, CRDs, RBAC)")
-	if err := h.applyManifests(ctx); err != nil {
-		return err
+	if o.podsPerNode > 0 {
+		start := time.Now()
+		if err := h.createWorkload(ctx, workload{name: "spread", set: "gpu", replicas: o.nodes * o.podsPerNode}); err != nil {
+			return nil, err
+		}
+		res.PodsReady = time.Since(start)
 	}
 
-	// 1. Raw client-go cordon.
-	logf("raw: cordoning %d nodes with %d unthrottled client-go workers", len(nodes), o.workers)
-	if res.Raw, err = h.rawCordon(ctx, nodes, res); err != nil {
-		return err
+	// 1. Raw client-go cordon, on N nodes of their own (deleted after), so
+	// that the operator starts from untouched nodes without waiting for
+	// the node lifecycle controller to lift its unschedulable taint.
+	raw, err := h.createNodes(ctx, nodeSet{name: "raw"}, o.nodes)
+	if err != nil {
+		return nil, err
 	}
-	logf("raw: %d nodes cordoned in %s; uncordoning", len(nodes), res.Raw.Round(time.Millisecond))
-	if err := h.uncordon(ctx, nodes); err != nil {
-		return err
+	logf("raw: cordoning %d nodes with %d unthrottled client-go workers", len(raw), o.workers)
+	if res.Raw, err = h.rawCordon(ctx, raw, res); err != nil {
+		return nil, err
+	}
+	logf("raw: %d nodes cordoned in %s; deleting them", len(raw), res.Raw.Round(time.Millisecond))
+	if err := h.deleteNodes(ctx, raw); err != nil {
+		return nil, err
 	}
 
 	// 2. Operator at steady state.
 	logf("creating RemediationPolicy %s", policyName)
-	if err := h.createPolicy(ctx); err != nil {
-		return err
+	if err := h.createPolicy(ctx, benchPolicy()); err != nil {
+		return nil, err
 	}
 	startOp := func() (*operator, error) {
-		op, err := startOperator(ctx, cancel, h, operatorBin, o.operatorWorkers, strings.Fields(o.operatorArgs))
+		op, err := startOperator(ctx, cancel, h, o.operatorBin, o.operatorWorkers, strings.Fields(o.operatorArgs))
 		if err != nil {
 			return nil, err
 		}
-		cleanups = append(cleanups, op.stop)
+		cleanup(op.stop)
 		res.OperatorLog = op.logPath
 		logf("operator started (pid %d, log %s)", op.cmd.Process.Pid, op.logPath)
 		return op, nil
 	}
 	op, err := startOp()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	logf("waiting for %d NodeHealths Healthy", len(nodes))
 	if err := op.waitReady(ctx, o.timeout); err != nil {
-		return err
+		return nil, err
 	}
 	if err := h.waitPhase(ctx, nodes, phaseHealthy); err != nil {
-		return err
+		return nil, err
 	}
+	res.Steady = time.Since(op.started)
+	res.CacheSync, res.Controllers = op.cacheSynced()
+	logf("steady: every NodeHealth Healthy %s after the operator started (caches of %d controllers synced after %s)", res.Steady.Round(time.Millisecond), res.Controllers, res.CacheSync.Round(time.Millisecond))
+	if o.idle > 0 {
+		logf("idle: measuring CPU for %s", o.idle)
+		cpu := takeCPU()
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(o.idle):
+		}
+		res.CPUIdle, res.Idle = takeCPU().minus(cpu), o.idle
+	}
+	res.RSSIdle, _ = takeRSS()
 
 	// 3. The burst, and the writes it took.
 	logf("burst: creating %d NodeHealthEvents at once", len(nodes))
 	if err := h.burst(ctx, op, nodes, res); err != nil {
-		return err
+		return nil, err
 	}
 	logf("burst: %d nodes cordoned in %s (%.2fx raw)", len(nodes), res.Operator.Round(time.Millisecond), res.ratio())
+	_, res.RSSPeak = takeRSS()
 
 	// 4. Single-event latency on fresh nodes.
-	used := nodes
 	if o.latencySamples > 0 {
-		logf("latency: adding %d fresh nodes", o.latencySamples)
-		all, err := h.addNodes(ctx, len(used)+o.latencySamples)
+		fresh, err := h.createNodes(ctx, nodeSet{name: "latency", gpu: true}, o.latencySamples)
 		if err != nil {
-			return err
-		}
-		fresh := without(all, used)
-		used = all
-		if len(fresh) != o.latencySamples {
-			return fmt.Errorf("latency: expected %d fresh nodes, found %d", o.latencySamples, len(fresh))
+			return nil, err
 		}
 		if err := h.waitPhase(ctx, fresh, phaseHealthy); err != nil {
-			return err
+			return nil, err
 		}
 		logf("latency: %d single events, one at a time", len(fresh))
 		if res.Latency, err = h.latency(ctx, fresh); err != nil {
-			return err
+			return nil, err
 		}
-		ms := make([]string, len(res.Latency))
-		for i, d := range res.Latency {
-			ms[i] = fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
-		}
-		logf("latency samples in order, ms: %s", strings.Join(ms, " "))
+		logf("latency samples in order, ms: %s", msList(res.Latency))
 	}
 
-	// 5. The backlog: N events waiting when the operator starts.
-	if o.backlog {
-		logf("backlog: adding %d fresh nodes", o.nodes)
-		all, err := h.addNodes(ctx, len(used)+o.nodes)
-		if err != nil {
-			return err
+	// 5. Detection to cordon through real monitors.
+	if o.detectSamples > 0 {
+		if res.Detect, err = h.detect(ctx, cleanup); err != nil {
+			return nil, err
 		}
-		fresh := without(all, used)
+		logf("detection samples in order, ms: %s", msList(res.Detect))
+	}
+
+	// 6. The backlog: N events waiting when the operator starts.
+	if o.backlog {
+		fresh, err := h.createNodes(ctx, nodeSet{name: "backlog", gpu: true}, o.nodes)
+		if err != nil {
+			return nil, err
+		}
 		if err := h.waitPhase(ctx, fresh, phaseHealthy); err != nil {
-			return err
+			return nil, err
 		}
 		first := op
 		stopFirst := func() {
@@ -284,27 +403,31 @@ func run(sigCtx context.Context, o options) (err error) {
 			res.addLogErrors(first)
 		}
 		if op, err = h.backlog(ctx, stopFirst, startOp, fresh, res); err != nil {
-			return err
+			return nil, err
+		}
+		if d, n := op.cacheSynced(); n >= res.Controllers {
+			res.BacklogCacheSync = d
 		}
 		logf("backlog: %d nodes cordoned %s after the operator started (%.2fx raw)", len(fresh), res.Backlog.Round(time.Millisecond), ratio(res.Backlog, res.Raw))
 	}
+	res.RSSEnd, res.RSSBacklogPeak = takeRSS()
 
 	op.stop()
 	res.addLogErrors(op)
-	table := res.markdown()
-	fmt.Print(table)
-	if o.out != "" {
-		if err := os.WriteFile(o.out, []byte(table), 0o644); err != nil {
-			return fmt.Errorf("writing -out: %w", err)
-		}
-		logf("wrote %s", o.out)
-	}
 	logf("operator log: %s (%d error lines, %d more of reconciles cut short by its shutdown)", op.logPath, res.OperatorErrors, res.OperatorShutdownErrors)
 	if res.OperatorErrors > 0 {
 		logf("  first: %s", firstBytes(res.OperatorErrorSample, 600))
 	}
-	logf("done in %s", time.Since(start).Round(time.Second))
-	return nil
+	return res, nil
+}
+
+// msList prints durations as milliseconds, in order.
+func msList(ds []time.Duration) string {
+	ms := make([]string, len(ds))
+	for i, d := range ds {
+		ms[i] = fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
+	}
+	return strings.Join(ms, " ")
 }
 
 // repoRoot walks up from the working directory to the gpuhealth module root.
@@ -335,21 +458,6 @@ func commandLine() string {
 		args = append(args, a)
 	}
 	return strings.Join(args, " ")
-}
-
-// without returns the names in all that are not in some.
-func without(all, some []string) []string {
-	skip := make(map[string]bool, len(some))
-	for _, s := range some {
-		skip[s] = true
-	}
-	var out []string
-	for _, a := range all {
-		if !skip[a] {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // firstBytes returns at most the first n bytes of s.

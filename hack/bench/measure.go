@@ -38,33 +38,6 @@ func (h *harness) rawCordon(ctx context.Context, nodes []string, res *results) (
 	return max(returned, last.Sub(start)), nil
 }
 
-// uncordon undoes rawCordon and waits until the node lifecycle controller
-// has also removed its node.kubernetes.io/unschedulable taint, so that the
-// operator starts from untouched nodes.
-func (h *harness) uncordon(ctx context.Context, nodes []string) error {
-	patch := []byte(`{"spec":{"unschedulable":null}}`)
-	err := parallel(ctx, len(nodes), h.o.workers, func(ctx context.Context, i int) error {
-		_, err := h.cs.CoreV1().Nodes().Patch(ctx, nodes[i], types.MergePatchType, patch, metav1.PatchOptions{})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("uncordon: %w", err)
-	}
-	return h.wait(ctx, "nodes uncordoned", h.nodes.changed, func() (bool, string) {
-		cordoned, tainted := 0, 0
-		for _, n := range nodes {
-			st := h.nodes.get(n)
-			if st.unschedulable {
-				cordoned++
-			}
-			if st.unschedulableTaint {
-				tainted++
-			}
-		}
-		return cordoned == 0 && tainted == 0, fmt.Sprintf("%d still cordoned, %d still with the unschedulable taint", cordoned, tainted)
-	})
-}
-
 // waitCordoned waits until the node watch has seen n armed nodes cordoned.
 func (h *harness) waitCordoned(ctx context.Context, n int) error {
 	return h.wait(ctx, fmt.Sprintf("%d nodes cordoned", n), h.nodes.changed, func() (bool, string) {

@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -26,8 +28,10 @@ type operator struct {
 	metricsURL string
 	probeURL   string
 	exited     chan struct{}
-	stopping   atomic.Bool
-	stopOnce   sync.Once
+	// started is when the process was started.
+	started  time.Time
+	stopping atomic.Bool
+	stopOnce sync.Once
 }
 
 // startOperator starts the operator as the gpuhealth-operator service
@@ -80,6 +84,7 @@ func startOperator(ctx context.Context, cancel context.CancelCauseFunc, h *harne
 		probeURL:   "http://" + probeAddr + "/readyz",
 		exited:     make(chan struct{}),
 	}
+	op.started = time.Now()
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
@@ -210,4 +215,57 @@ func freeAddr() (string, error) {
 	}
 	addr := l.Addr().String()
 	return addr, l.Close()
+}
+
+// cacheSynced is how long after its start the operator's last controller
+// so far started its workers, which controller-runtime does once that
+// controller's caches have synced ("Starting workers" in the log), and
+// how many controllers have.
+func (op *operator) cacheSynced() (time.Duration, int) {
+	b, err := os.ReadFile(op.logPath)
+	if err != nil {
+		return 0, 0
+	}
+	var last time.Time
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if !strings.Contains(line, `"msg":"Starting workers"`) {
+			continue
+		}
+		var entry struct {
+			TS json.RawMessage `json:"ts"`
+		}
+		if json.Unmarshal([]byte(line), &entry) != nil {
+			continue
+		}
+		t, ok := logTime(entry.TS)
+		if !ok {
+			continue
+		}
+		n++
+		if t.After(last) {
+			last = t
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return last.Sub(op.started), n
+}
+
+// logTime reads a zap "ts": seconds since the epoch (the production
+// encoder) or an RFC 3339 string.
+func logTime(raw json.RawMessage) (time.Time, bool) {
+	var f float64
+	if json.Unmarshal(raw, &f) == nil && f > 0 {
+		sec, frac := math.Modf(f)
+		return time.Unix(int64(sec), int64(frac*1e9)), true
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
 }

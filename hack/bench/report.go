@@ -66,8 +66,29 @@ type results struct {
 	// cordoned); nil where /proc cannot be read.
 	CPURaw, CPUCreates, CPUBurst, CPUBacklog cpuSnapshot
 
-	// Latency are the single-event samples.
-	Latency []time.Duration
+	// Latency are the single-event samples; Detect are the samples from
+	// an XID in a real monitor's NVML to the node seen cordoned.
+	Latency, Detect []time.Duration
+
+	// PodsPerNode workload pods ran on each of the N nodes; PodsReady is
+	// how long their Deployment took to be ready.
+	PodsPerNode int
+	PodsReady   time.Duration
+	// Steady is the operator's start to every NodeHealth Healthy;
+	// CacheSync its start to the last of its Controllers starting workers
+	// (caches synced), BacklogCacheSync the same for the restarted one.
+	Steady, CacheSync, BacklogCacheSync time.Duration
+	Controllers                         int
+	// CPUIdle is each process's CPU over the idle window Idle.
+	CPUIdle cpuSnapshot
+	Idle    time.Duration
+	// DetectMonitors is how many monitors ran at once for Detect.
+	DetectMonitors int
+	// RSSIdle is each process group's resident memory at steady state,
+	// RSSPeak the peak of each (the largest process's VmHWM) after the
+	// burst, latency and detection phases, RSSEnd and RSSBacklogPeak the
+	// same at the end (after the backlog, with the restarted operator).
+	RSSIdle, RSSPeak, RSSEnd, RSSBacklogPeak map[string]float64
 
 	// OperatorLog is the operator's log file; OperatorErrors counts its
 	// error lines (the first is OperatorErrorSample), less the
@@ -173,7 +194,7 @@ func (r *results) markdown() string {
 	p("|---|---|")
 	p("| Date | %s |", r.Date.UTC().Format("2006-01-02 15:04 MST"))
 	p("| Command | `%s` |", r.Command)
-	p("| Nodes (N) | %d kwok nodes labeled `%s=true` |", r.N, gpuLabel)
+	p("| Nodes (N) | %d kwok nodes labeled `%s=true`, %d workload pods each |", r.N, gpuLabel, r.PodsPerNode)
 	cpu := fmt.Sprintf("%d (`nproc`)", r.NProc)
 	if r.CPU != "" {
 		cpu += ", " + r.CPU
@@ -183,6 +204,7 @@ func (r *results) markdown() string {
 		orNA(r.Kubernetes), orNA(firstLine(r.Kwok)), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	p("| Operator log | %d error lines during the measurements |", r.OperatorErrors)
 	p("")
+	r.scaleMarkdown(p)
 	p("| Cordon all N nodes | Time | Nodes/s |")
 	p("|---|---:|---:|")
 	p("| Raw: client-go merge-patch `spec.unschedulable=true`, %d workers, no client-side rate limit | %s | %s |", r.HarnessWorkers, dur(r.Raw), rate(r.N, r.Raw))

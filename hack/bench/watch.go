@@ -43,7 +43,7 @@ func (s *notifier) fire() {
 
 // nodeState is what the benchmark cares about in a Node.
 type nodeState struct {
-	labeled       bool
+	ready         bool
 	unschedulable bool
 	// unschedulableTaint is node.kubernetes.io/unschedulable, which the
 	// node lifecycle controller adds to cordoned nodes and removes later.
@@ -79,7 +79,12 @@ func (w *nodeWatch) update(obj any) {
 	if !ok {
 		return
 	}
-	st := nodeState{labeled: n.Labels[gpuLabel] == "true", unschedulable: n.Spec.Unschedulable}
+	st := nodeState{unschedulable: n.Spec.Unschedulable}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			st.ready = true
+		}
+	}
 	for _, t := range n.Spec.Taints {
 		if t.Key == corev1.TaintNodeUnschedulable {
 			st.unschedulableTaint = true
@@ -106,16 +111,11 @@ func (w *nodeWatch) remove(obj any) {
 	}
 }
 
-func (w *nodeWatch) count() int {
+func (w *nodeWatch) exists(name string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.nodes)
-}
-
-func (w *nodeWatch) names() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return sorted(w.nodes)
+	_, ok := w.nodes[name]
+	return ok
 }
 
 func (w *nodeWatch) get(name string) nodeState {
