@@ -183,7 +183,10 @@ type budgetCheck struct {
 }
 
 // allowed returns the largest of the limits (global and for clique size n)
-// in force at any time in [t-grace, t].
+// in force at any time in [t-grace, t+slack]: transitions are stamped in
+// whole seconds (and with the reconcile's start), edits when the soak's
+// write returned, so an admission under a budget raised a moment before
+// can carry a stamp a moment before the edit's.
 func (b budgetCheck) allowed(t time.Time, cliqueSize int) (global, clique int) {
 	global, clique = -1, -1
 	from := t.Add(-b.Grace)
@@ -192,7 +195,7 @@ func (b budgetCheck) allowed(t time.Time, cliqueSize int) (global, clique int) {
 		if i+1 < len(b.Settings) {
 			until = b.Settings[i+1].At
 		}
-		if i > 0 && s.At.After(t) {
+		if i > 0 && s.At.After(t.Add(b.Slack)) {
 			break
 		}
 		if !until.IsZero() && until.Before(from) {

@@ -140,6 +140,23 @@ func TestBudgetsFollowPolicyEdits(t *testing.T) {
 	}
 }
 
+func TestBudgetsRaisedAMomentBeforeTheStamp(t *testing.T) {
+	// The budget is raised from 1 to 2 at 10:00:05.8 (when the soak's
+	// write returned); the operator, which saw it first, admits a second
+	// node in clique c0, stamped 10:00:05 (whole seconds): no breach. The
+	// same admission two seconds earlier is one.
+	b := budgets(intstr.FromInt32(1), intstr.FromInt32(1))
+	b.Settings = append(b.Settings, budgetSetting{At: t0.Add(5800 * time.Millisecond), MaxUnavailable: intstr.FromInt32(2), PerClique: intstr.FromInt32(2)})
+	ivs := append(outIntervals("a", "c0", cycle(0, 30)), outIntervals("b", "c0", cycle(4, 10))...)
+	if bs := checkBudgets(append([]interval(nil), ivs...), b); len(bs) != 0 {
+		t.Fatalf("admitted under the raised budget: %v", bs)
+	}
+	ivs = append(outIntervals("a", "c0", cycle(0, 30)), outIntervals("b", "c0", cycle(2, 10))...)
+	if got := strings.Join(invariants(checkBudgets(ivs, b)), "; "); got != invBudgetGlobal+" b; "+invBudgetClique+" b" {
+		t.Fatalf("admitted at 10:00:03, before the raise: breaches %q, want both budgets on b", got)
+	}
+}
+
 func TestLimitRoundsPercentagesUp(t *testing.T) {
 	for _, c := range []struct {
 		v     intstr.IntOrString
