@@ -76,6 +76,9 @@ const (
 	normalPriority = 0
 	// conflictRetry is the wait after an optimistic-lock conflict.
 	conflictRetry = time.Second
+	// budgetLockRetry is the wait of a pass that found another node's
+	// budget decision under way (it takes about one count and one write).
+	budgetLockRetry = 25 * time.Millisecond
 	// cacheRetry is the wait for the cache to show this process's own
 	// write; the write's watch event usually wakes the node sooner.
 	cacheRetry = 100 * time.Millisecond
@@ -399,8 +402,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if p.confirmBudget {
 		// A drain decided from the cache's count is counted again from the
 		// apiserver, and written, inside one lock, so two nodes never take
-		// the last slot together.
-		r.budgetMu.Lock()
+		// the last slot together. A pass that finds the lock taken hands
+		// its worker back and comes again shortly, so that twenty nodes
+		// admitted one after another do not hold every worker while other
+		// nodes' drains wait for one.
+		if !r.budgetMu.TryLock() {
+			undo()
+			return ctrl.Result{RequeueAfter: budgetLockRetry, Priority: ptr.To(normalPriority)}, nil
+		}
 		defer r.budgetMu.Unlock()
 		o.budgets = r.countBudgets(ctx, o, true)
 		p = decide(o)
