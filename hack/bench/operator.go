@@ -66,6 +66,8 @@ func startOperator(ctx context.Context, cancel context.CancelCauseFunc, h *harne
 		"--metrics-bind-address", metricsAddr,
 		"--health-probe-bind-address", probeAddr,
 		"--workers", fmt.Sprint(workers),
+		"--kube-api-qps", fmt.Sprint(h.o.operatorQPS),
+		"--kube-api-burst", fmt.Sprint(2 * h.o.operatorQPS),
 	}
 	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
