@@ -183,8 +183,8 @@ bench-monitor: controlplane ## Node agent benchmark: injection-to-object latency
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh 2>/dev/null | tail -1)" go run ./hack/monitorbench
 
 .PHONY: bench
-bench: controlplane build-operator ## Cordon-speed benchmark on a local kwok cluster, 10 pods per node (N=1000 in under 5 minutes; NODES=100 for a quick look).
-	go run ./hack/bench -nodes $${NODES:-1000}
+bench: controlplane build-operator ## Cordon-speed benchmark on a local kwok cluster, 10 pods per node (NODES=100 for a quick look, PODS=0 without pods).
+	go run ./hack/bench -nodes $${NODES:-1000} -pods-per-node $${PODS:-10}
 
 .PHONY: bench-scale
 bench-scale: controlplane build-operator ## The scale curve: the cordon benchmark at 1,000, 2,000 and 5,000 nodes (10 pods each), each on a fresh cluster; draws docs/scale.png.
