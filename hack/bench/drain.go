@@ -204,7 +204,9 @@ type podWatch struct {
 	deleted, ready []time.Time
 	readySeen      map[types.UID]bool
 	leaving        map[types.UID]bool
-	start          time.Time
+	// running holds every pod seen Running, whatever its node or app.
+	running map[types.UID]bool
+	start   time.Time
 	// budget is the race's PDB's disruptionsAllowed over time, from start.
 	budget []budgetSample
 }
@@ -238,6 +240,13 @@ func startPodWatch(cs kubernetes.Interface, stop <-chan struct{}) *podWatch {
 	})
 	go pdbs.Run(stop)
 	return w
+}
+
+// runningCount is how many pods are Running now.
+func (w *podWatch) runningCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
 }
 
 // budgetChanged records the race's PDB's disruptionsAllowed.
@@ -291,7 +300,7 @@ func later(a, b time.Time) time.Time {
 }
 
 func newPodWatch() *podWatch {
-	return &podWatch{onNode: map[string]map[types.UID]bool{}, readySeen: map[types.UID]bool{}, leaving: map[types.UID]bool{}}
+	return &podWatch{onNode: map[string]map[types.UID]bool{}, readySeen: map[types.UID]bool{}, leaving: map[types.UID]bool{}, running: map[types.UID]bool{}}
 }
 
 func (w *podWatch) update(obj any) {
@@ -305,6 +314,11 @@ func (w *podWatch) update(obj any) {
 func (w *podWatch) set(p *corev1.Pod, present bool) {
 	now := time.Now()
 	w.mu.Lock()
+	if present && p.Status.Phase == corev1.PodRunning {
+		w.running[p.UID] = true
+	} else {
+		delete(w.running, p.UID)
+	}
 	node := p.Spec.NodeName
 	if node != "" {
 		pods := w.onNode[node]

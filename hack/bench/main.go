@@ -3,7 +3,8 @@
 // (-nodes 1000, or a list such as 1000,2000,5000 for the scale curve) runs
 // on its own throwaway kwok cluster (fake nodes, real kube-apiserver, etcd
 // and controllers) with -pods-per-node workload pods on each of its N GPU
-// nodes (one Deployment, placed by kube-scheduler), and measures, each on
+// nodes (bound by the harness; -schedule-pods places them through a
+// Deployment and kube-scheduler), and measures, each on
 // fresh nodes so no phase waits for another's leftovers:
 //
 //   - raw: a plain client-go loop, 16 workers and no client-side rate limit,
@@ -71,6 +72,7 @@ type options struct {
 	sizes           []int
 	nodes           int // the N of the run under way
 	podsPerNode     int
+	schedulePods    bool
 	idle            time.Duration
 	latencySamples  int
 	detectSamples   int
@@ -96,7 +98,8 @@ func main() {
 	var o options
 	var sizes string
 	flag.StringVar(&sizes, "nodes", "1000", "Number of fake GPU nodes (N); a comma-separated list (1000,2000,5000) runs each size on its own fresh cluster and draws the scale curve.")
-	flag.IntVar(&o.podsPerNode, "pods-per-node", 10, "Workload pods on each of the N nodes (one Deployment spread over them, placed by kube-scheduler); 0 for none.")
+	flag.IntVar(&o.podsPerNode, "pods-per-node", 10, "Workload pods on each of the N nodes (bound by the harness, or placed by kube-scheduler with -schedule-pods); 0 for none.")
+	flag.BoolVar(&o.schedulePods, "schedule-pods", false, "Place the workload pods through a Deployment and kube-scheduler instead of binding them from the harness (on two cores: about 3 minutes for 10,000 pods, over 15 for 20,000).")
 	flag.DurationVar(&o.idle, "idle", 30*time.Second, "How long the operator's idle CPU is measured at steady state; 0 skips it.")
 	flag.IntVar(&o.latencySamples, "latency-samples", 100, "Fresh nodes added for the single-event latency samples (K); 0 skips that part.")
 	flag.IntVar(&o.detectSamples, "detect-samples", 50, "XIDs injected through real gpuhealth-monitor processes (fake NVML), one at a time, each timed to its node cordoned; 0 skips that part.")
@@ -205,6 +208,9 @@ func run(ctx context.Context, o options) error {
 			res.Date = start
 			all = append(all, res)
 			table += res.markdown() + "\n"
+			if err := writeOut(o.out, table); err != nil {
+				return err
+			}
 		}
 		if len(all) > 1 {
 			table = curveMarkdown(all) + "\n" + table
@@ -217,13 +223,10 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	fmt.Print(table)
+	if err := writeOut(o.out, table); err != nil {
+		return err
+	}
 	if o.out != "" {
-		if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
-			return fmt.Errorf("writing -out: %w", err)
-		}
-		if err := os.WriteFile(o.out, []byte(table), 0o644); err != nil {
-			return fmt.Errorf("writing -out: %w", err)
-		}
 		logf("wrote %s", o.out)
 	}
 	logf("done in %s", time.Since(start).Round(time.Second))
@@ -295,10 +298,14 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 	}
 	if o.podsPerNode > 0 {
 		start := time.Now()
-		if err := h.createWorkload(ctx, workload{name: "spread", set: "gpu", replicas: o.nodes * o.podsPerNode}); err != nil {
+		if o.schedulePods {
+			if err := h.createWorkload(ctx, workload{name: "spread", set: "gpu", replicas: o.nodes * o.podsPerNode}); err != nil {
+				return nil, err
+			}
+		} else if err := h.createBoundPods(ctx, startPodWatch(h.cs, h.stopCh), nodes, o.podsPerNode); err != nil {
 			return nil, err
 		}
-		res.PodsReady = time.Since(start)
+		res.PodsReady, res.PodsScheduled = time.Since(start), o.schedulePods
 	}
 
 	// 1. Raw client-go cordon, on N nodes of their own (deleted after), so
@@ -421,6 +428,21 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 		logf("  first: %s", firstBytes(res.OperatorErrorSample, 600))
 	}
 	return res, nil
+}
+
+// writeOut writes the tables so far to path (none when empty), so a long
+// run that fails at its last size keeps the sizes before it.
+func writeOut(path, table string) error {
+	if path == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("writing -out: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+		return fmt.Errorf("writing -out: %w", err)
+	}
+	return nil
 }
 
 // msList prints durations as milliseconds, in order.

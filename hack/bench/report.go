@@ -74,6 +74,9 @@ type results struct {
 	// how long their Deployment took to be ready.
 	PodsPerNode int
 	PodsReady   time.Duration
+	// PodsScheduled says the pods came from a Deployment through
+	// kube-scheduler, not bound by the harness.
+	PodsScheduled bool
 	// Steady is the operator's start to every NodeHealth Healthy;
 	// CacheSync its start to the last of its Controllers starting workers
 	// (caches synced), BacklogCacheSync the same for the restarted one.

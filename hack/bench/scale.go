@@ -32,7 +32,11 @@ func (r *results) scaleMarkdown(p func(string, ...any)) {
 	p("| Cluster and operator | |")
 	p("|---|---:|")
 	if r.PodsPerNode > 0 {
-		p("| workload pods (one Deployment, %d per node, placed by kube-scheduler) ready after | %d in %s |", r.PodsPerNode, r.N*r.PodsPerNode, dur(r.PodsReady))
+		how := "bound to their nodes by the harness, run by kwok"
+		if r.PodsScheduled {
+			how = "one Deployment, placed by kube-scheduler"
+		}
+		p("| workload pods (%d per node, %s) Running after | %d in %s |", r.PodsPerNode, how, r.N*r.PodsPerNode, dur(r.PodsReady))
 	}
 	p("| operator start → caches of its %d controllers synced | %s |", r.Controllers, dur(r.CacheSync))
 	if r.BacklogCacheSync > 0 {
