@@ -100,7 +100,7 @@ func main() {
 	flag.StringVar(&sizes, "nodes", "1000", "Number of fake GPU nodes (N); a comma-separated list (1000,2000,5000) runs each size on its own fresh cluster and draws the scale curve.")
 	flag.IntVar(&o.podsPerNode, "pods-per-node", 10, "Workload pods on each of the N nodes (bound by the harness, or placed by kube-scheduler with -schedule-pods); 0 for none.")
 	flag.BoolVar(&o.schedulePods, "schedule-pods", false, "Place the workload pods through a Deployment and kube-scheduler instead of binding them from the harness (on two cores: about 3 minutes for 10,000 pods, over 15 for 20,000).")
-	flag.DurationVar(&o.idle, "idle", 30*time.Second, "How long the operator's idle CPU is measured at steady state; 0 skips it.")
+	flag.DurationVar(&o.idle, "idle", 15*time.Second, "How long every process's idle CPU is measured at steady state; 0 skips it.")
 	flag.IntVar(&o.latencySamples, "latency-samples", 100, "Fresh nodes added for the single-event latency samples (K); 0 skips that part.")
 	flag.IntVar(&o.detectSamples, "detect-samples", 50, "XIDs injected through real gpuhealth-monitor processes (fake NVML), one at a time, each timed to its node cordoned; 0 skips that part.")
 	flag.IntVar(&o.detectMonitors, "detect-monitors", 10, "Monitor processes running at once for -detect-samples (each on its own fresh node, one XID each).")
