@@ -164,6 +164,12 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder(nodehealth.FieldManager)
+	// The drain lists and watches a node's pods on the apiserver: workload
+	// pods are not cached (controllers/cachetrim).
+	pods, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient()})
+	if err != nil {
+		return fmt.Errorf("creating the pods client: %w", err)
+	}
 	// One breaker: the nodehealth reconciler asks it, the policy status
 	// controller mirrors it.
 	brk := breaker.New()
@@ -172,7 +178,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		APIReader:               mgr.GetAPIReader(),
 		Clock:                   clk,
 		Recorder:                recorder,
-		Drainer:                 drain.New(mgr.GetClient(), clk),
+		Drainer:                 drain.New(mgr.GetClient(), pods, clk),
 		Breaker:                 brk,
 		Namespace:               o.namespace,
 		Outputs:                 job.LogReader{Clientset: clientset},

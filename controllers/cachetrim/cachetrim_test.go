@@ -23,6 +23,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/cachetrim"
+	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/hack/testenv"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
@@ -113,14 +114,19 @@ func bigPod(name, node string) *corev1.Pod {
 	}
 }
 
-// TestPodsKeepWhatTheOperatorReads: a Pod with a large spec and status
-// round-trips through a cache with the operator's options; what is left is
-// exactly what some controller reads.
+// TestPodsKeepWhatTheOperatorReads: a ComputeDomain daemon pod with a large
+// spec and status round-trips through a cache with the operator's options;
+// what is left is exactly what some controller reads. A workload pod is not
+// cached at all.
 func TestPodsKeepWhatTheOperatorReads(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := startCache(t)
+	workload := bigPod("trainer-1", "trim-node-pod")
+	g.Expect(k8sClient.Create(ctx, workload)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), workload, client.GracePeriodSeconds(0)) })
 	p := bigPod("trainer-0", "trim-node-pod")
+	p.Labels[computedomain.NodeLabel] = "0f6b1e2a-0000-4000-8000-00000000cd01"
 	g.Expect(k8sClient.Create(ctx, p)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
@@ -139,6 +145,10 @@ func TestPodsKeepWhatTheOperatorReads(t *testing.T) {
 	g.Expect(live.ManagedFields).NotTo(BeEmpty())
 
 	got := cached(t, c, live, &corev1.Pod{})
+	pods := &corev1.PodList{}
+	g.Expect(c.List(ctx, pods, client.InNamespace("default"))).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(1), "only the daemon pod is cached")
+	g.Expect(pods.Items[0].Name).To(Equal(p.Name))
 	g.Expect(got.Name).To(Equal(live.Name))
 	g.Expect(got.Namespace).To(Equal(live.Namespace))
 	g.Expect(got.UID).To(Equal(live.UID))

@@ -148,6 +148,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return err
 	}
 	r.expect = newExpectations(r.Clock)
+	// The Drainer's pod watches run on the elected leader, which drains.
+	if err := mgr.Add(r.Drainer); err != nil {
+		return fmt.Errorf("adding the drain's pod watches: %w", err)
+	}
 	fleet.serve(mgr.GetCache(), mgr.Elected())
 	workers := r.MaxConcurrentReconciles
 	if workers == 0 {
@@ -166,6 +170,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		WatchesRawSource(source.Kind(mgr.GetCache(), client.Object(&gpuhealthv1alpha1.NodeHealth{}),
 			handler.EnqueueRequestsFromMapFunc(r.budgetFreedToWaiting), budgetFreed)).
 		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, handler.EnqueueRequestsFromMapFunc(eventToNode), builder.WithPredicates(eventChanged)).
+		// Workload pods are not cached: each draining node's own pod watch
+		// wakes it. The cached pods are ComputeDomain daemon pods.
+		WatchesRawSource(source.Channel(r.Drainer.Wakeups(), handler.EnqueueRequestsFromMapFunc(nodeHealthToNode))).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToNode), builder.WithPredicates(podLeftOrFinished)).
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToNode)).
 		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.budgetToBlockedNodes), builder.WithPredicates(disruptionsFreed)).

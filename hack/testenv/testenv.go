@@ -30,8 +30,8 @@ type Env struct {
 	Environment *envtest.Environment
 	// Config authenticates as envtest's admin.
 	Config *rest.Config
-	// Client is the admin's client with Scheme.
-	Client client.Client
+	// Client is the admin's client with Scheme (it watches too).
+	Client client.WithWatch
 	// Scheme holds the client-go kinds and gpuhealth's.
 	Scheme *k8sruntime.Scheme
 }
@@ -84,7 +84,7 @@ func Start(extraCRDDirs ...string) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		_ = e.Stop()
 		return nil, fmt.Errorf("creating the admin client: %w", err)

@@ -16,15 +16,15 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
 
 const (
-	// NodeNameField is the field the Drainer lists a node's pods by. A cached
-	// client must have an index on it (mgr.GetFieldIndexer().IndexField on
-	// Pods, returning spec.nodeName); the apiserver supports it as a field selector.
+	// NodeNameField is the field the Drainer lists and watches a node's pods
+	// by, a field selector the apiserver serves from its watch cache's index.
 	NodeNameField = "spec.nodeName"
 
 	// passTimeout bounds one pass, so a reconciler worker is never held long;
@@ -59,7 +59,11 @@ const (
 // in-flight limits are shared by every node it drains.
 type Drainer struct {
 	client client.Client
-	clock  clock.PassiveClock
+	// pods lists and watches pods on the apiserver, never from a cache.
+	pods  client.WithWatch
+	clock clock.PassiveClock
+	// watches wakes the nodes being drained when their pods leave.
+	watches *podWatches
 
 	// limiter is the token bucket every eviction and deletion request takes a
 	// token from. Its rate is the last spec.evictionsPerSecond seen and its burst
@@ -72,17 +76,33 @@ type Drainer struct {
 	budgets *ledger
 }
 
-// New returns a Drainer that reads and writes through c and takes the time
-// from clk. c lists pods by NodeNameField, so a cached client needs that index.
-func New(c client.Client, clk clock.PassiveClock) *Drainer {
+// New returns a Drainer that reads and writes through c, lists and watches
+// pods through pods (a client without a cache: the operator caches no
+// workload pods) and takes the time from clk. Until Start runs, no pod
+// watch wakes a drained node; its passes still see every pod.
+func New(c client.Client, pods client.WithWatch, clk clock.PassiveClock) *Drainer {
 	return &Drainer{
 		client:   c,
+		pods:     pods,
 		clock:    clk,
+		watches:  newPodWatches(pods, clk),
 		limiter:  rate.NewLimiter(defaultEvictionsPerSecond, defaultEvictionsPerSecond),
 		inFlight: newGate(defaultMaxConcurrentEvictions),
 		budgets:  newLedger(),
 	}
 }
+
+// Start runs the pod watches of the nodes being drained until ctx is done
+// (a manager.Runnable: the elected leader's).
+func (d *Drainer) Start(ctx context.Context) error { return d.watches.start(ctx) }
+
+// Wakeups carries a Node (only its name set) each time a pod of a node
+// being drained leaves, terminates or finishes; the caller requeues it.
+func (d *Drainer) Wakeups() <-chan event.GenericEvent { return d.watches.wake }
+
+// Watching reports whether node's pods are being watched: from a pass that
+// left some on it until the pass that finds none (or watchIdle after the last).
+func (d *Drainer) Watching(node string) bool { return d.watches.watching(node) }
 
 // Result is what one pass found and did. The counts cover the pods that must
 // leave the node; DaemonSet pods, mirror pods, finished pods and pods in
@@ -181,7 +201,7 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 	defer cancel()
 
 	pods := &corev1.PodList{}
-	if err := d.client.List(passCtx, pods, client.MatchingFields{NodeNameField: node}); err != nil {
+	if err := d.pods.List(passCtx, pods, client.MatchingFields{NodeNameField: node}); err != nil {
 		return Result{}, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
 	now := d.clock.Now()
@@ -283,6 +303,11 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 		// The caller gave up; work skipped because of it is not a wait.
 		errs = append(errs, err)
 	}
+	if res.Remaining > 0 {
+		d.watches.ensure(node, pods.ResourceVersion)
+	} else {
+		d.watches.stop(node)
+	}
 	return res, errors.Join(errs...)
 }
 
@@ -352,7 +377,7 @@ func (d *Drainer) do(ctx, admitCtx context.Context, t task) outcome {
 // mode. A node with any is in use.
 func (d *Drainer) Workloads(ctx context.Context, node string, spec gpuhealthv1alpha1.DrainSpec) ([]string, error) {
 	pods := &corev1.PodList{}
-	if err := d.client.List(ctx, pods, client.MatchingFields{NodeNameField: node}); err != nil {
+	if err := d.pods.List(ctx, pods, client.MatchingFields{NodeNameField: node}); err != nil {
 		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
 	chain := []podFilter{skipDaemonSetPods, skipRemediationJobPods, skipMirrorPods, skipFinishedPods, skipNamespaces(spec.SkipNamespaces)}

@@ -33,7 +33,7 @@ func TestDrainEvictsPodsAndIsDoneOnceTheKubeletRemovesThem(t *testing.T) {
 	for _, name := range []string{"a", "b", "c"} {
 		newPod(t, ns, name, node)
 	}
-	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
 
 	// First pass: all three evictions accepted; the pods are terminating but still there.
 	res, err := d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
@@ -63,7 +63,7 @@ func TestDrainReportsAPodBlockedByAPodDisruptionBudgetUntilTheBudgetAllowsIt(t *
 	newPod(t, ns, "web-0", node, withLabels(map[string]string{"app": "web"}), running())
 	pdb := newPDB(t, ns, "web", map[string]string{"app": "web"})
 	setDisruptionsAllowed(t, pdb, 0)
-	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
 
 	res, err := d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -95,7 +95,7 @@ func TestDrainSendsNoEvictionTheBudgetAlreadyRefuses(t *testing.T) {
 	}
 	pdb := newPDB(t, ns, "web", map[string]string{"app": "web"})
 	setDisruptionsAllowed(t, pdb, 1)
-	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
 
 	// The budget allows one disruption: one eviction is sent, the other two
 	// are refused here without a request (which would only be answered 429
@@ -130,7 +130,7 @@ func TestDrainLeavesDaemonSetMirrorOwnJobAndSkippedNamespacePodsAloneAndUncounte
 	newPod(t, ns, "recert", node, withOwner("batch/v1", "Job", "gpuhealth-recert-x-1"), withLabels(map[string]string{job.KindLabel: string(job.Recertification)}))
 	newPod(t, ns, "job", node, withOwner("batch/v1", "Job", "train"))
 	spec := gpuhealthv1alpha1.DrainSpec{SkipNamespaces: []string{skipped}}
-	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
 
 	res, err := d.Drain(t.Context(), node, spec, epoch)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -157,7 +157,7 @@ func TestDrainWaitsForPodsInAWaitForCompletionNamespaceToFinish(t *testing.T) {
 	spec := gpuhealthv1alpha1.DrainSpec{Namespaces: []gpuhealthv1alpha1.NamespaceDrain{
 		{Namespace: ns, Mode: gpuhealthv1alpha1.DrainWaitForCompletion},
 	}}
-	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
 
 	res, err := d.Drain(t.Context(), node, spec, epoch)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -184,7 +184,7 @@ func TestDrainDeletesABlockedPodOnceItsDeleteAfterTimeoutExpires(t *testing.T) {
 		{Namespace: ns, Mode: gpuhealthv1alpha1.DrainDeleteAfterTimeout, Timeout: ptr.To(gpuhealthv1alpha1.Duration("10m"))},
 	}}
 	clk := clocktesting.NewFakeClock(epoch)
-	d := drain.New(k8sClient, clk)
+	d := drain.New(k8sClient, k8sClient, clk)
 	startedAt := clk.Now()
 
 	// Before the timeout the pod is evicted like any other, and the budget refuses.
@@ -227,7 +227,7 @@ func TestDrainReportsAPodBlockedPastTheDrainTimeoutAndLeavesItWithOnTimeoutWait(
 	setDisruptionsAllowed(t, pdb, 0)
 	spec := gpuhealthv1alpha1.DrainSpec{Timeout: ptr.To(gpuhealthv1alpha1.Duration("10m")), OnTimeout: gpuhealthv1alpha1.DrainTimeoutWait}
 	clk := clocktesting.NewFakeClock(epoch)
-	d := drain.New(k8sClient, clk)
+	d := drain.New(k8sClient, k8sClient, clk)
 	startedAt := clk.Now()
 
 	// Just before the timeout the pod is only blocked.
@@ -277,7 +277,7 @@ func TestDrainDeletesAPodBlockedPastTheDrainTimeoutWithOnTimeoutDelete(t *testin
 	setDisruptionsAllowed(t, newPDB(t, ns, "web", map[string]string{"app": "web"}), 0)
 	spec := gpuhealthv1alpha1.DrainSpec{Timeout: ptr.To(gpuhealthv1alpha1.Duration("10m")), OnTimeout: gpuhealthv1alpha1.DrainTimeoutDelete}
 	clk := clocktesting.NewFakeClock(epoch)
-	d := drain.New(k8sClient, clk)
+	d := drain.New(k8sClient, k8sClient, clk)
 	startedAt := clk.Now()
 
 	clk.Step(10*time.Minute - time.Second)
@@ -323,7 +323,7 @@ func TestDrainTimesOutAWaitForCompletionPodAtItsNamespaceTimeout(t *testing.T) {
 				},
 			}
 			clk := clocktesting.NewFakeClock(epoch)
-			d := drain.New(k8sClient, clk)
+			d := drain.New(k8sClient, k8sClient, clk)
 			startedAt := clk.Now()
 
 			// Before the timeout the pod is waited for, and nothing has timed out.
@@ -381,7 +381,7 @@ func TestDrainTimesOutEachNamespaceAtItsOwnTimeoutOverridingTheDrainTimeout(t *t
 		},
 	}
 	clk := clocktesting.NewFakeClock(epoch)
-	d := drain.New(k8sClient, clk)
+	d := drain.New(k8sClient, k8sClient, clk)
 	startedAt := clk.Now()
 
 	// The shorter namespace timeout goes first.
@@ -419,7 +419,7 @@ func TestDrainListsTenTimedOutPodsSortedAndCountsTheRest(t *testing.T) {
 	}
 	spec := gpuhealthv1alpha1.DrainSpec{DefaultMode: gpuhealthv1alpha1.DrainWaitForCompletion}
 	clk := clocktesting.NewFakeClock(epoch)
-	d := drain.New(k8sClient, clk)
+	d := drain.New(k8sClient, k8sClient, clk)
 	startedAt := clk.Now()
 
 	// The default drain timeout is an hour.
@@ -454,7 +454,7 @@ func TestDrainChoosesTheModeByNamespaceLabels(t *testing.T) {
 			Mode:              gpuhealthv1alpha1.DrainWaitForCompletion,
 		},
 	}}
-	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
 
 	res, err := d.Drain(t.Context(), node, spec, epoch)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -473,7 +473,7 @@ func TestDrainSpreadsEvictionsOverPassesAtTheConfiguredRate(t *testing.T) {
 		newPod(t, ns, name, node)
 	}
 	spec := gpuhealthv1alpha1.DrainSpec{EvictionsPerSecond: 1}
-	d := drain.New(k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
 
 	// One token a second: a pass gets the token in the bucket and perhaps the
 	// next one, never all five.

@@ -13,7 +13,7 @@ import (
 // Eviction API enforces PodDisruptionBudgets and UID preconditions as it does
 // in a cluster. Nothing else runs: the tests play the kubelet (removing
 // terminating pods) and the disruption controller (writing PDB status).
-var k8sClient client.Client
+var k8sClient client.WithWatch
 
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, func(e *testenv.Env) error {
