@@ -83,6 +83,7 @@ type options struct {
 	timeout         time.Duration
 	out             string
 	plot            string
+	heapProfile     string
 	operatorBin     string
 	build           bool
 	controlPlane    string
@@ -110,6 +111,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "Deadline of each wait (cluster start, nodes, steady state, burst, each latency sample).")
 	flag.StringVar(&o.out, "out", "", "Also write the Markdown tables to this file.")
 	flag.StringVar(&o.plot, "plot", "", "Draw the scale curve (time and memory against N) into this PNG (with more than one -nodes size).")
+	flag.StringVar(&o.heapProfile, "heap-profile", "", "Write the operator's heap profile at steady state (after the idle window) to this file, for go tool pprof; with several -nodes sizes, N is appended to the name.")
 	flag.StringVar(&o.operatorBin, "operator", "_output/bin/gpuhealth-operator", "Operator binary, relative to the repository root.")
 	flag.BoolVar(&o.build, "build", true, "Run 'make build-operator' first (a no-op when the binary is up to date).")
 	flag.StringVar(&o.controlPlane, "controlplane", "", "Directory of kwokctl, kwok, etcd and kube-* binaries (default: the last line of hack/controlplane.sh).")
@@ -364,6 +366,11 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 		res.CPUIdle, res.Idle = takeCPU().minus(cpu), o.idle
 	}
 	res.RSSIdle, _ = takeRSS()
+	if o.heapProfile != "" {
+		if err := writeHeapProfile(ctx, op, &o, o.heapProfile); err != nil {
+			return nil, err
+		}
+	}
 
 	// 3. The burst, and the writes it took.
 	logf("burst: creating %d NodeHealthEvents at once", len(nodes))

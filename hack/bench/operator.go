@@ -27,6 +27,7 @@ type operator struct {
 	logFile    *os.File
 	metricsURL string
 	probeURL   string
+	pprofURL   string // Go's pprof endpoints
 	exited     chan struct{}
 	// started is when the process was started.
 	started  time.Time
@@ -59,12 +60,17 @@ func startOperator(ctx context.Context, cancel context.CancelCauseFunc, h *harne
 	if err != nil {
 		return nil, err
 	}
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	args := []string{
 		"--kubeconfig", kubeconfig,
 		"--namespace", operatorNamespace,
 		"--leader-elect=false",
 		"--metrics-bind-address", metricsAddr,
 		"--health-probe-bind-address", probeAddr,
+		"--pprof-bind-address", pprofAddr,
 		"--workers", fmt.Sprint(workers),
 		"--kube-api-qps", fmt.Sprint(h.o.operatorQPS),
 		"--kube-api-burst", fmt.Sprint(2 * h.o.operatorQPS),
@@ -84,6 +90,7 @@ func startOperator(ctx context.Context, cancel context.CancelCauseFunc, h *harne
 		logFile:    logFile,
 		metricsURL: "http://" + metricsAddr + "/metrics",
 		probeURL:   "http://" + probeAddr + "/readyz",
+		pprofURL:   "http://" + pprofAddr + "/debug/pprof",
 		exited:     make(chan struct{}),
 	}
 	op.started = time.Now()
@@ -157,17 +164,27 @@ func (op *operator) waitReady(ctx context.Context, timeout time.Duration) error 
 
 // metrics returns the operator's Prometheus metrics text.
 func (op *operator) metrics(ctx context.Context) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, op.metricsURL, nil)
+	return op.get(ctx, op.metricsURL, "metrics")
+}
+
+// heapProfile returns the operator's heap profile, taken after a garbage
+// collection, for go tool pprof.
+func (op *operator) heapProfile(ctx context.Context) ([]byte, error) {
+	return op.get(ctx, op.pprofURL+"/heap?gc=1", "heap profile")
+}
+
+func (op *operator) get(ctx context.Context, url, what string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("reading the operator's metrics: %w", err)
+		return nil, fmt.Errorf("reading the operator's %s: %w", what, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("reading the operator's metrics: %s", resp.Status)
+		return nil, fmt.Errorf("reading the operator's %s: %s", what, resp.Status)
 	}
 	return io.ReadAll(resp.Body)
 }
@@ -270,4 +287,22 @@ func logTime(raw json.RawMessage) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// writeHeapProfile saves the operator's heap profile to path; with several
+// -nodes sizes, "-N" goes before the extension.
+func writeHeapProfile(ctx context.Context, op *operator, o *options, path string) error {
+	prof, err := op.heapProfile(ctx)
+	if err != nil {
+		return err
+	}
+	if len(o.sizes) > 1 {
+		ext := filepath.Ext(path)
+		path = fmt.Sprintf("%s-%d%s", strings.TrimSuffix(path, ext), o.nodes, ext)
+	}
+	if err := os.WriteFile(path, prof, 0o644); err != nil {
+		return err
+	}
+	logf("heap profile of the operator written to %s (go tool pprof -top %s)", path, path)
+	return nil
 }
