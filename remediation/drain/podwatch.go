@@ -60,9 +60,8 @@ func (w *podWatches) start(ctx context.Context) error {
 	<-ctx.Done()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for node, pw := range w.nodes {
-		pw.cancel()
-		delete(w.nodes, node)
+	for node := range w.nodes {
+		w.drop(node)
 	}
 	w.ctx = nil
 	return nil
@@ -79,8 +78,7 @@ func (w *podWatches) ensure(node, rv string) {
 	now := w.clock.Now()
 	for n, pw := range w.nodes {
 		if n != node && now.Sub(pw.asked) > watchIdle {
-			pw.cancel()
-			delete(w.nodes, n)
+			w.drop(n)
 		}
 	}
 	if pw, ok := w.nodes[node]; ok {
@@ -97,10 +95,7 @@ func (w *podWatches) ensure(node, rv string) {
 func (w *podWatches) stop(node string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if pw, ok := w.nodes[node]; ok {
-		pw.cancel()
-		delete(w.nodes, node)
-	}
+	w.drop(node)
 }
 
 // watching reports whether node has a watch running.
@@ -160,11 +155,19 @@ func leftOrLeaving(t watch.EventType, pod *corev1.Pod) bool {
 	return false
 }
 
-// forget drops node's watch if it is still pw.
+// forget ends node's watch if it is still pw (a pass may have started a
+// new one since).
 func (w *podWatches) forget(node string, pw *podWatch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.nodes[node] == pw {
+		w.drop(node)
+	}
+}
+
+// drop ends node's watch, if it has one; w.mu is held.
+func (w *podWatches) drop(node string) {
+	if pw, ok := w.nodes[node]; ok {
 		pw.cancel()
 		delete(w.nodes, node)
 	}
