@@ -108,7 +108,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 16, "Parallel requests of the harness (raw cordon, node and event creates).")
 	flag.IntVar(&o.operatorWorkers, "operator-workers", 16, "The operator's --workers.")
 	flag.IntVar(&o.operatorQPS, "operator-qps", 500, "The operator's --kube-api-qps (its burst twice that). The chart's default, 50, creates the NodeHealths of 5,000 fresh nodes in about five minutes; a cluster that size raises it.")
-	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "Deadline of each wait (cluster start, nodes, steady state, burst, each latency sample).")
+	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "Deadline of each wait (cluster start, nodes, steady state, burst, each latency sample); a wait that reports progress (nodes Ready, pods Running) restarts it at each step.")
 	flag.StringVar(&o.out, "out", "", "Also write the Markdown tables to this file.")
 	flag.StringVar(&o.plot, "plot", "", "Draw the scale curve (time and memory against N) into this PNG (with more than one -nodes size).")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "Write the operator's heap profile at steady state (after the idle window) to this file, for go tool pprof; with several -nodes sizes, N is appended to the name.")

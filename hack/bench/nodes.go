@@ -202,21 +202,28 @@ func (h *harness) createWorkload(ctx context.Context, w workload) error {
 	return nil
 }
 
-// poll calls check every interval until it reports done, with the -timeout
-// deadline and progress every 10 seconds.
+// poll calls check every interval until it reports done, logging progress
+// every 10 seconds. It gives up after -timeout without progress: the
+// deadline starts again whenever check's message changes without an error
+// (thousands of nodes turning Ready on a busy machine may take longer than
+// -timeout in all, but never stall that long).
 func (h *harness) poll(ctx context.Context, what string, interval time.Duration, check func() (bool, string, error)) error {
 	deadline := time.Now().Add(h.o.timeout)
 	lastLog := time.Now()
+	progress := ""
 	for {
 		done, msg, err := check()
 		if err != nil {
 			msg = err.Error()
+		} else if msg != progress {
+			progress = msg
+			deadline = time.Now().Add(h.o.timeout)
 		}
 		if done && err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s: %s", h.o.timeout, what, msg)
+			return fmt.Errorf("timed out after %s without progress waiting for %s: %s", h.o.timeout, what, msg)
 		}
 		if time.Since(lastLog) >= 10*time.Second {
 			logf("  waiting for %s: %s", what, msg)

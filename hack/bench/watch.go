@@ -235,25 +235,31 @@ func (h *harness) waitPhase(ctx context.Context, names []string, phase string) e
 	})
 }
 
-// wait blocks until check reports done, waking on every change, with the
-// -timeout deadline; it prints progress every 10 seconds.
+// wait blocks until check reports done, waking on every change; it prints
+// progress every 10 seconds and gives up after -timeout without progress
+// (the deadline starts again whenever check's message changes).
 func (h *harness) wait(ctx context.Context, what string, changed func() <-chan struct{}, check func() (bool, string)) error {
 	deadline := time.NewTimer(h.o.timeout)
 	defer deadline.Stop()
 	progress := time.NewTicker(10 * time.Second)
 	defer progress.Stop()
+	last := ""
 	for {
 		ch := changed()
 		done, msg := check()
 		if done {
 			return nil
 		}
+		if msg != last {
+			last = msg
+			deadline.Reset(h.o.timeout)
+		}
 		select {
 		case <-ch:
 		case <-progress.C:
 			logf("  waiting for %s: %s", what, msg)
 		case <-deadline.C:
-			return fmt.Errorf("timed out after %s waiting for %s: %s", h.o.timeout, what, msg)
+			return fmt.Errorf("timed out after %s without progress waiting for %s: %s", h.o.timeout, what, msg)
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %s (%s): %w", what, msg, context.Cause(ctx))
 		}
