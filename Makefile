@@ -48,11 +48,15 @@ help: ## Show this help.
 ##@ Build
 
 .PHONY: build
-build: build-operator build-monitor ## Build both binaries into _output/bin.
+build: build-operator build-monitor build-plugin ## Build the binaries into _output/bin.
 
 .PHONY: build-operator
 build-operator: ## Build gpuhealth-operator (static, CGO_ENABLED=0).
 	CGO_ENABLED=0 go build -trimpath -o $(OUTPUT)/bin/gpuhealth-operator ./cmd/gpuhealth-operator
+
+.PHONY: build-plugin
+build-plugin: ## Build the kubectl plugin kubectl-gpuhealth (put _output/bin on PATH, then kubectl gpuhealth).
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(OUTPUT)/bin/kubectl-gpuhealth ./cmd/kubectl-gpuhealth
 
 .PHONY: build-monitor
 build-monitor: ## Build gpuhealth-monitor (cgo: go-nvml and go-dcgm dlopen their libraries).
@@ -149,7 +153,7 @@ dashboard-png: ## Draw the dashboard's Goodput row into docs/dashboard.png from 
 	go run ./hack/dashboard -in $(E2E_METRICS) -out $(DASHBOARD_PNG)
 
 .PHONY: demo
-demo: $(HELM) ## Start a local cluster with 4 fake GPU nodes, the operator and monitors; inject XID 79 and watch it heal.
+demo: $(HELM) build-plugin ## Start a local cluster with 4 fake GPU nodes, the operator and monitors; inject XID 79 and watch it heal.
 	HELM=$(HELM) go run ./e2e/demo
 
 .PHONY: demo-down

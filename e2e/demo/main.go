@@ -158,10 +158,15 @@ The cluster, the operator and the monitors keep running. Look around:
   kubectl get pods -n ml -o wide          # where the training job runs now
   kubectl describe node %s            # the GPUHealthy condition and the Events
 
+  export PATH=%s:$PATH
+                                          # the kubectl plugin, kubectl-gpuhealth
+  kubectl gpuhealth status                # the fleet: phases, budgets, breakers, Failed nodes
+  kubectl gpuhealth story %s   # the node's story in time order
+
 Inject another fault:  echo "xid device=0 code=48 at=@$(date +%%s)" >> %s
 Logs:                  %s/operator.log, %s/<node>/monitor.log
 Remove everything:     make demo-down
-`, env.Cluster.Kubeconfig, faultyNode, framework.Namespace, faultyNode, env.Monitors["gpu-node-2"].Scenario, dir, dir)
+`, env.Cluster.Kubeconfig, faultyNode, framework.Namespace, faultyNode, pluginDir(), faultyNode, env.Monitors["gpu-node-2"].Scenario, dir, dir)
 	return nil
 }
 
@@ -338,4 +343,14 @@ func teardown(dir string) error {
 		return err
 	}
 	return nil
+}
+
+// pluginDir is where make build-plugin puts kubectl-gpuhealth: make demo
+// runs from the repository root.
+func pluginDir() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "_output/bin"
+	}
+	return filepath.Join(wd, "_output", "bin")
 }
