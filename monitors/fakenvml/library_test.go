@@ -46,6 +46,16 @@ func TestLibrary(t *testing.T) {
 		`fabric device=0 state=completed health=healthy status=success clique=7 mask=2 cluster=01234567-89ab-cdef-0123-456789abcdef`,
 		`fabric device=1 state=in_progress health=unhealthy at=` + old + ` # state from the past applies`,
 		`fabric device=1 state=completed at=1h`,
+		`clocks device=0 reasons=hw_thermal,hw_slowdown sm=1200`,
+		`clocks device=0 reasons=none at=1h`,
+		`pcie device=0 gen=4 width=8`,
+		`pcireplay device=0 rate=1000 for=1h`,
+		`util device=0 gpu=95 memory=30`,
+		`remap device=0 corr=1 uncorr=2 pending=yes`,
+		`retired device=0 pending=no`,
+		`ecc device=0 value=5`,
+		`temp device=0 gpu=87 slowdown=89`,
+		`nvlinkspeed device=0 link=2 mbps=13281`,
 		`this line is malformed`,
 	}, "\n"))
 
@@ -207,6 +217,86 @@ func TestLibrary(t *testing.T) {
 
 		_, ret = devices[2].GetGpuFabricInfoV().V3()
 		g.Expect(ret).To(Equal(nvml.ERROR_NOT_SUPPORTED))
+	})
+
+	t.Run("performance and memory signals read as the scenario says", func(t *testing.T) {
+		g := NewWithT(t)
+		d := devices[0]
+		g.Expect(d.GetCurrentClocksEventReasons()).To(Equal(uint64(nvml.ClocksThrottleReasonHwThermalSlowdown | nvml.ClocksThrottleReasonHwSlowdown)))
+		g.Expect(d.GetCurrentClocksThrottleReasons()).To(Equal(uint64(0x48)), "the pre-535 name answers the same")
+		g.Expect(d.GetClockInfo(nvml.CLOCK_SM)).To(Equal(uint32(1200)))
+		g.Expect(d.GetMaxClockInfo(nvml.CLOCK_SM)).To(Equal(uint32(1980)))
+		// HW thermal slowdown has been active since Init: the thermal
+		// policy's violation time is the time since then, power's none.
+		before := time.Since(initAt)
+		thermal, ret := d.GetViolationStatus(nvml.PERF_POLICY_THERMAL)
+		after := time.Since(initAt)
+		g.Expect(ret).To(Equal(nvml.SUCCESS))
+		g.Expect(time.Duration(thermal.ViolationTime)).To(BeNumerically("~", (before+after)/2, 50*time.Millisecond))
+		g.Expect(time.UnixMicro(int64(thermal.ReferenceTime))).To(BeTemporally("~", time.Now(), time.Second))
+		power, ret := d.GetViolationStatus(nvml.PERF_POLICY_POWER)
+		g.Expect(ret).To(Equal(nvml.SUCCESS))
+		g.Expect(power.ViolationTime).To(BeZero())
+		g.Expect(d.GetCurrPcieLinkGeneration()).To(Equal(4))
+		g.Expect(d.GetCurrPcieLinkWidth()).To(Equal(8))
+		g.Expect(d.GetMaxPcieLinkGeneration()).To(Equal(5))
+		g.Expect(d.GetMaxPcieLinkWidth()).To(Equal(16))
+		g.Expect(d.GetGpuMaxPcieLinkGeneration()).To(Equal(5))
+		replays, ret := d.GetPcieReplayCounter()
+		g.Expect(ret).To(Equal(nvml.SUCCESS))
+		g.Expect(replays).To(BeNumerically("~", 1000*time.Since(initAt).Seconds(), 100))
+		g.Expect(d.GetUtilizationRates()).To(Equal(nvml.Utilization{Gpu: 95, Memory: 30}))
+		corr, unc, pending, failed, ret := d.GetRemappedRows()
+		g.Expect(ret).To(Equal(nvml.SUCCESS))
+		g.Expect([]any{corr, unc, pending, failed}).To(Equal([]any{1, 2, true, false}))
+		g.Expect(d.GetRetiredPagesPendingStatus()).To(Equal(nvml.FEATURE_DISABLED))
+		g.Expect(d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)).To(Equal(uint64(5)))
+		g.Expect(d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC)).To(Equal(uint64(0)))
+		g.Expect(d.GetTemperature(nvml.TEMPERATURE_GPU)).To(Equal(uint32(87)))
+		g.Expect(d.GetTemperatureThreshold(nvml.TEMPERATURE_THRESHOLD_SLOWDOWN)).To(Equal(uint32(89)))
+		g.Expect(d.GetTemperatureThreshold(nvml.TEMPERATURE_THRESHOLD_SHUTDOWN)).To(Equal(uint32(95)))
+
+		// Link 2 runs at half speed; the others at the default, whether
+		// asked through the scoped field or the legacy per-link ones.
+		values := []nvml.FieldValue{
+			{FieldId: nvml.FI_DEV_NVLINK_GET_SPEED, ScopeId: 2},
+			{FieldId: nvml.FI_DEV_NVLINK_GET_SPEED, ScopeId: 17},
+			{FieldId: nvml.FI_DEV_NVLINK_SPEED_MBPS_L2},
+			{FieldId: nvml.FI_DEV_NVLINK_SPEED_MBPS_L6},
+			{FieldId: nvml.FI_DEV_NVLINK_GET_SPEED, ScopeId: 18},
+			{FieldId: nvml.FI_DEV_PCIE_REPLAY_COUNTER},
+		}
+		g.Expect(d.GetFieldValues(values)).To(Equal(nvml.SUCCESS))
+		speed := func(v nvml.FieldValue) uint32 {
+			g.Expect(v.ValueType).To(Equal(uint32(nvml.VALUE_TYPE_UNSIGNED_INT)))
+			return uint32(v.Value[0]) | uint32(v.Value[1])<<8 | uint32(v.Value[2])<<16 | uint32(v.Value[3])<<24
+		}
+		for i, want := range []uint32{13281, 26562, 13281, 26562} {
+			g.Expect(nvml.Return(values[i].NvmlReturn)).To(Equal(nvml.SUCCESS))
+			g.Expect(speed(values[i])).To(Equal(want), "field %d", i)
+		}
+		g.Expect(nvml.Return(values[4].NvmlReturn)).To(Equal(nvml.ERROR_INVALID_ARGUMENT), "link 18 of 18")
+		g.Expect(nvml.Return(values[5].NvmlReturn)).To(Equal(nvml.ERROR_NOT_SUPPORTED), "fields the fake does not model")
+
+		// A GPU without a line of a group does not support it.
+		d2 := devices[2]
+		_, ret = d2.GetCurrentClocksEventReasons()
+		g.Expect(ret).To(Equal(nvml.ERROR_NOT_SUPPORTED))
+		_, ret = d2.GetViolationStatus(nvml.PERF_POLICY_THERMAL)
+		g.Expect(ret).To(Equal(nvml.ERROR_NOT_SUPPORTED))
+		_, ret = d2.GetCurrPcieLinkGeneration()
+		g.Expect(ret).To(Equal(nvml.ERROR_NOT_SUPPORTED))
+		_, ret = d2.GetPcieReplayCounter()
+		g.Expect(ret).To(Equal(nvml.ERROR_NOT_SUPPORTED))
+		_, _, _, _, ret = d2.GetRemappedRows()
+		g.Expect(ret).To(Equal(nvml.ERROR_NOT_SUPPORTED))
+		_, ret = d2.GetTemperature(nvml.TEMPERATURE_GPU)
+		g.Expect(ret).To(Equal(nvml.ERROR_NOT_SUPPORTED))
+		_, ret = d2.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+		g.Expect(ret).To(Equal(nvml.ERROR_NOT_SUPPORTED))
+		values = []nvml.FieldValue{{FieldId: nvml.FI_DEV_NVLINK_GET_SPEED, ScopeId: 0}}
+		g.Expect(d2.GetFieldValues(values)).To(Equal(nvml.SUCCESS))
+		g.Expect(nvml.Return(values[0].NvmlReturn)).To(Equal(nvml.ERROR_NOT_SUPPORTED))
 	})
 
 	t.Run("lines appended while running take effect", func(t *testing.T) {

@@ -870,4 +870,429 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV
 	return r;
 }
 
+/* ---- Performance and memory health ---- */
+
+typedef struct {
+	unsigned long long referenceTime; /* CPU timestamp, microseconds */
+	unsigned long long violationTime; /* nanoseconds */
+} nvmlViolationTime_t;
+
+typedef struct {
+	unsigned int gpu, memory;
+} nvmlUtilization_t;
+
+typedef struct {
+	unsigned int fieldId, scopeId;
+	long long timestamp, latencyUsec;
+	unsigned int valueType; /* nvmlValueType_t */
+	nvmlReturn_t nvmlReturn;
+	union {
+		double dVal;
+		unsigned int uiVal;
+		unsigned long ulVal;
+		unsigned long long ullVal;
+		signed long long sllVal;
+	} value;
+} nvmlFieldValue_t;
+
+_Static_assert(sizeof(nvmlViolationTime_t) == 16, "nvmlViolationTime_t layout");
+_Static_assert(sizeof(nvmlUtilization_t) == 8, "nvmlUtilization_t layout");
+_Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t layout");
+
+#define CLOCK_GRAPHICS 0
+#define CLOCK_SM 1
+#define TEMPERATURE_GPU 0
+#define TEMPERATURE_THRESHOLD_SHUTDOWN 0
+#define TEMPERATURE_THRESHOLD_SLOWDOWN 1
+#define MEMORY_ERROR_TYPE_UNCORRECTED 1
+#define FI_DEV_NVLINK_SPEED_MBPS_L0 84
+#define FI_DEV_NVLINK_SPEED_MBPS_L5 89
+#define FI_DEV_NVLINK_SPEED_MBPS_L6 132
+#define FI_DEV_NVLINK_SPEED_MBPS_L11 137
+#define FI_DEV_NVLINK_GET_SPEED 164
+#define VALUE_TYPE_UNSIGNED_INT 1
+#define DEFAULT_NVLINK_MBPS 26562 /* what an H100's NVLink 4 link reports */
+
+/*
+ * The clocks event reasons behind each nvmlPerfPolicyType_t (POWER 0,
+ * THERMAL 1, SYNC_BOOST 2, BOARD_LIMIT 3, LOW_UTILIZATION 4, RELIABILITY 5):
+ * a policy's violation time grows while one of its reasons is active.
+ */
+static const unsigned long long policy_reasons[] = {
+	0x4 | 0x80, /* SW power cap, HW power brake */
+	0x20 | 0x40, /* SW and HW thermal slowdown */
+	0x10,       /* sync boost */
+	0x200,      /* board limit */
+	0x1,        /* GPU idle */
+	0x400,      /* reliability */
+};
+
+/* has_locked says whether the scenario has any line of kind for dev (any link when link < 0). */
+static int has_locked(int kind, int dev, int link)
+{
+	size_t k;
+
+	for (k = 0; k < sc.nops; k++)
+		if (sc.ops[k].kind == kind && sc.ops[k].device == dev && (link < 0 || sc.ops[k].link == link))
+			return 1;
+	return 0;
+}
+
+/*
+ * group_locked resolves the device and the state of one signal group in
+ * effect now. A device with no line of the group does not support it
+ * (NOT_SUPPORTED, as a GPU or driver without the feature answers); before
+ * the first line takes effect the group has its defaults.
+ */
+static nvmlReturn_t group_locked(nvmlDevice_t device, int kind, int link, struct fake_op *out, int *idx)
+{
+	const struct fake_op *op;
+	nvmlReturn_t r = device_locked(device, idx);
+
+	if (r != NVML_SUCCESS)
+		return r;
+	if (!has_locked(kind, *idx, kind == FAKE_OP_NVLINK_SPEED ? -1 : link))
+		return NVML_ERROR_NOT_SUPPORTED;
+	op = latest_locked(kind, *idx, link, now_ns(CLOCK_REALTIME));
+	if (op != NULL) {
+		*out = *op;
+		return NVML_SUCCESS;
+	}
+	memset(out, 0, sizeof(*out));
+	switch (kind) {
+	case FAKE_OP_CLOCKS:
+		out->num[FAKE_SM] = out->num[FAKE_SM_MAX] = 1980;
+		break;
+	case FAKE_OP_PCIE:
+		out->num[FAKE_GEN] = out->num[FAKE_MAX_GEN] = out->num[FAKE_GPU_MAX_GEN] = 5;
+		out->num[FAKE_WIDTH] = out->num[FAKE_MAX_WIDTH] = 16;
+		break;
+	case FAKE_OP_TEMP:
+		out->num[FAKE_TEMP_GPU] = 40;
+		out->num[FAKE_SLOWDOWN] = 90;
+		out->num[FAKE_SHUTDOWN] = 95;
+		break;
+	case FAKE_OP_NVLINK_SPEED:
+		out->num[FAKE_MBPS] = DEFAULT_NVLINK_MBPS;
+		break;
+	}
+	return NVML_SUCCESS;
+}
+
+static nvmlReturn_t clocks_reasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+	struct fake_op op;
+	nvmlReturn_t r;
+	int i;
+
+	if (reasons == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&mu);
+	if ((r = group_locked(device, FAKE_OP_CLOCKS, 0, &op, &i)) == NVML_SUCCESS)
+		*reasons = op.value;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+	return clocks_reasons(device, reasons);
+}
+
+/* The name drivers before 535 export. */
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+	return clocks_reasons(device, reasons);
+}
+
+static nvmlReturn_t clock_info(nvmlDevice_t device, int type, unsigned int *clock, int max)
+{
+	struct fake_op op;
+	nvmlReturn_t r;
+	int i;
+
+	if (clock == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (type != CLOCK_SM && type != CLOCK_GRAPHICS)
+		return NVML_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&mu);
+	if ((r = group_locked(device, FAKE_OP_CLOCKS, 0, &op, &i)) == NVML_SUCCESS)
+		*clock = op.num[max ? FAKE_SM_MAX : FAKE_SM];
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock)
+{
+	return clock_info(device, type, clock, 0);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, int type, unsigned int *clock)
+{
+	return clock_info(device, type, clock, 1);
+}
+
+static int by_time(const void *a, const void *b)
+{
+	const struct fake_op *x = *(const struct fake_op *const *)a, *y = *(const struct fake_op *const *)b;
+
+	if (when(x) != when(y))
+		return when(x) < when(y) ? -1 : 1;
+	return x < y ? -1 : x > y; /* file order among equal times: the later line wins */
+}
+
+/* nvmlDeviceGetViolationStatus integrates the clocks lines: the time, since
+ * the first of them, during which one of the policy's reasons was active. */
+nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, int policy, nvmlViolationTime_t *out)
+{
+	const struct fake_op **line = NULL;
+	int64_t now = now_ns(CLOCK_REALTIME);
+	unsigned long long total = 0;
+	struct fake_op op;
+	size_t k, n = 0;
+	nvmlReturn_t r;
+	int i;
+
+	if (out == NULL || policy < 0)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((size_t)policy >= sizeof(policy_reasons) / sizeof(policy_reasons[0]))
+		return NVML_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&mu);
+	r = group_locked(device, FAKE_OP_CLOCKS, 0, &op, &i);
+	if (r == NVML_SUCCESS && (line = malloc(sc.nops * sizeof(*line) + 1)) == NULL)
+		r = NVML_ERROR_MEMORY;
+	if (r == NVML_SUCCESS) {
+		for (k = 0; k < sc.nops; k++)
+			if (sc.ops[k].kind == FAKE_OP_CLOCKS && sc.ops[k].device == i && when(&sc.ops[k]) <= now)
+				line[n++] = &sc.ops[k];
+		qsort(line, n, sizeof(*line), by_time);
+		for (k = 0; k < n; k++) {
+			int64_t end = k + 1 < n ? when(line[k + 1]) : now;
+
+			if (line[k]->value & policy_reasons[policy])
+				total += (unsigned long long)(end - when(line[k]));
+		}
+		out->referenceTime = (unsigned long long)(now / 1000);
+		out->violationTime = total;
+	}
+	free(line);
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+/* pcie_value reads one number of the pcie group. */
+static nvmlReturn_t pcie_value(nvmlDevice_t device, int which, unsigned int *value)
+{
+	struct fake_op op;
+	nvmlReturn_t r;
+	int i;
+
+	if (value == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&mu);
+	if ((r = group_locked(device, FAKE_OP_PCIE, 0, &op, &i)) == NVML_SUCCESS)
+		*value = op.num[which];
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+	return pcie_value(device, FAKE_GEN, gen);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
+{
+	return pcie_value(device, FAKE_WIDTH, width);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+	return pcie_value(device, FAKE_MAX_GEN, gen);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
+{
+	return pcie_value(device, FAKE_MAX_WIDTH, width);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+	return pcie_value(device, FAKE_GPU_MAX_GEN, gen);
+}
+
+/* A counter on a pseudo link: supported when the device has a line of
+ * kind (or of the counter itself). */
+static nvmlReturn_t pseudo_counter(nvmlDevice_t device, int kind, int link, unsigned long long *value)
+{
+	nvmlReturn_t r;
+	int i;
+
+	pthread_mutex_lock(&mu);
+	if ((r = device_locked(device, &i)) == NVML_SUCCESS) {
+		if ((kind < 0 || !has_locked(kind, i, -1)) && !has_locked(FAKE_OP_COUNTER_SET, i, link) &&
+		    !has_locked(FAKE_OP_COUNTER_RAMP, i, link))
+			r = NVML_ERROR_NOT_SUPPORTED;
+		else
+			*value = counter_locked(i, link, 0, now_ns(CLOCK_REALTIME));
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
+{
+	unsigned long long v = 0;
+	nvmlReturn_t r;
+
+	if (value == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((r = pseudo_counter(device, FAKE_OP_PCIE, FAKE_LINK_PCIE_REPLAY, &v)) == NVML_SUCCESS)
+		*value = (unsigned int)v;
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int counterType,
+					 unsigned long long *eccCounts)
+{
+	nvmlReturn_t r;
+
+	if (eccCounts == NULL || errorType < 0 || errorType > 1 || counterType < 0 || counterType > 1)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	r = pseudo_counter(device, -1, FAKE_LINK_ECC, eccCounts);
+	if (r == NVML_SUCCESS && errorType != MEMORY_ERROR_TYPE_UNCORRECTED)
+		*eccCounts = 0; /* the fake models uncorrected errors only */
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+	struct fake_op op;
+	nvmlReturn_t r;
+	int i;
+
+	if (utilization == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&mu);
+	if ((r = group_locked(device, FAKE_OP_UTIL, 0, &op, &i)) == NVML_SUCCESS) {
+		utilization->gpu = op.num[FAKE_UTIL_GPU];
+		utilization->memory = op.num[FAKE_UTIL_MEMORY];
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
+				       unsigned int *isPending, unsigned int *failureOccurred)
+{
+	struct fake_op op;
+	nvmlReturn_t r;
+	int i;
+
+	if (corrRows == NULL || uncRows == NULL || isPending == NULL || failureOccurred == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&mu);
+	if ((r = group_locked(device, FAKE_OP_REMAP, 0, &op, &i)) == NVML_SUCCESS) {
+		*corrRows = op.num[FAKE_CORR];
+		*uncRows = op.num[FAKE_UNCORR];
+		*isPending = op.num[FAKE_PENDING];
+		*failureOccurred = op.num[FAKE_FAILURE];
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)
+{
+	struct fake_op op;
+	nvmlReturn_t r;
+	int i;
+
+	if (isPending == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&mu);
+	if ((r = group_locked(device, FAKE_OP_RETIRED, 0, &op, &i)) == NVML_SUCCESS)
+		*isPending = op.state;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp)
+{
+	struct fake_op op;
+	nvmlReturn_t r;
+	int i;
+
+	if (temp == NULL || sensor != TEMPERATURE_GPU)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&mu);
+	if ((r = group_locked(device, FAKE_OP_TEMP, 0, &op, &i)) == NVML_SUCCESS)
+		*temp = op.num[FAKE_TEMP_GPU];
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, int threshold, unsigned int *temp)
+{
+	struct fake_op op;
+	nvmlReturn_t r;
+	int i;
+
+	if (temp == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (threshold != TEMPERATURE_THRESHOLD_SHUTDOWN && threshold != TEMPERATURE_THRESHOLD_SLOWDOWN)
+		return NVML_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&mu);
+	if ((r = group_locked(device, FAKE_OP_TEMP, 0, &op, &i)) == NVML_SUCCESS)
+		*temp = op.num[threshold == TEMPERATURE_THRESHOLD_SLOWDOWN ? FAKE_SLOWDOWN : FAKE_SHUTDOWN];
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+/* nvmlDeviceGetFieldValues answers the NVLink speed fields (the scoped
+ * FI_DEV_NVLINK_GET_SPEED and the per-link FI_DEV_NVLINK_SPEED_MBPS_L0..L11);
+ * every other field is NOT_SUPPORTED in its own nvmlReturn. */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+	int64_t now = now_ns(CLOCK_REALTIME);
+	nvmlReturn_t r;
+	int i, v;
+
+	if (values == NULL || valuesCount <= 0)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&mu);
+	r = device_locked(device, &i);
+	for (v = 0; r == NVML_SUCCESS && v < valuesCount; v++) {
+		nvmlFieldValue_t *f = &values[v];
+		unsigned int id = f->fieldId;
+		long link = -1;
+		struct fake_op op;
+		int j;
+
+		f->timestamp = now / 1000;
+		f->latencyUsec = 0;
+		f->valueType = VALUE_TYPE_UNSIGNED_INT;
+		memset(&f->value, 0, sizeof(f->value));
+		if (id == FI_DEV_NVLINK_GET_SPEED)
+			link = (long)f->scopeId;
+		else if (id >= FI_DEV_NVLINK_SPEED_MBPS_L0 && id <= FI_DEV_NVLINK_SPEED_MBPS_L5)
+			link = (long)(id - FI_DEV_NVLINK_SPEED_MBPS_L0);
+		else if (id >= FI_DEV_NVLINK_SPEED_MBPS_L6 && id <= FI_DEV_NVLINK_SPEED_MBPS_L11)
+			link = (long)(id - FI_DEV_NVLINK_SPEED_MBPS_L6) + 6;
+		if (link < 0) {
+			f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+			continue;
+		}
+		if ((unsigned long)link >= sc.devices[i].links) {
+			f->nvmlReturn = sc.devices[i].links == 0 ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+			continue;
+		}
+		f->nvmlReturn = group_locked(device, FAKE_OP_NVLINK_SPEED, (int)link, &op, &j);
+		if (f->nvmlReturn == NVML_SUCCESS)
+			f->value.uiVal = op.num[FAKE_MBPS];
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
 #endif /* FAKENVML_PARSER_ONLY */

@@ -87,15 +87,32 @@ func formatOp(op *C.struct_fake_op) string {
 	case C.FAKE_OP_LOST:
 		return fmt.Sprintf("lost device=%d at=%s", op.device, at)
 	case C.FAKE_OP_COUNTER_SET:
-		return fmt.Sprintf("nvlink device=%d link=%d counter=%d value=%d at=%s",
-			op.device, op.link, op.counter, uint64(op.value), at)
+		return fmt.Sprintf("%s device=%d%s counter=%d value=%d at=%s",
+			counterWord(op), op.device, counterLink(op), op.counter, uint64(op.value), at)
 	case C.FAKE_OP_COUNTER_RAMP:
 		length := "forever"
 		if op.for_ns >= 0 {
 			length = time.Duration(op.for_ns).String()
 		}
-		return fmt.Sprintf("nvlink device=%d link=%d counter=%d rate=%g from=%s for=%s",
-			op.device, op.link, op.counter, float64(op.rate), at, length)
+		return fmt.Sprintf("%s device=%d%s counter=%d rate=%g from=%s for=%s",
+			counterWord(op), op.device, counterLink(op), op.counter, float64(op.rate), at, length)
+	case C.FAKE_OP_CLOCKS:
+		return fmt.Sprintf("clocks device=%d reasons=%#x sm=%d sm_max=%d at=%s", op.device, uint64(op.value), op.num[C.FAKE_SM], op.num[C.FAKE_SM_MAX], at)
+	case C.FAKE_OP_PCIE:
+		return fmt.Sprintf("pcie device=%d gen=%d width=%d max_gen=%d max_width=%d gpu_max_gen=%d at=%s", op.device,
+			op.num[C.FAKE_GEN], op.num[C.FAKE_WIDTH], op.num[C.FAKE_MAX_GEN], op.num[C.FAKE_MAX_WIDTH], op.num[C.FAKE_GPU_MAX_GEN], at)
+	case C.FAKE_OP_UTIL:
+		return fmt.Sprintf("util device=%d gpu=%d memory=%d at=%s", op.device, op.num[C.FAKE_UTIL_GPU], op.num[C.FAKE_UTIL_MEMORY], at)
+	case C.FAKE_OP_REMAP:
+		return fmt.Sprintf("remap device=%d corr=%d uncorr=%d pending=%d failure=%d at=%s", op.device,
+			op.num[C.FAKE_CORR], op.num[C.FAKE_UNCORR], op.num[C.FAKE_PENDING], op.num[C.FAKE_FAILURE], at)
+	case C.FAKE_OP_RETIRED:
+		return fmt.Sprintf("retired device=%d pending=%d at=%s", op.device, op.state, at)
+	case C.FAKE_OP_TEMP:
+		return fmt.Sprintf("temp device=%d gpu=%d slowdown=%d shutdown=%d at=%s", op.device,
+			op.num[C.FAKE_TEMP_GPU], op.num[C.FAKE_SLOWDOWN], op.num[C.FAKE_SHUTDOWN], at)
+	case C.FAKE_OP_NVLINK_SPEED:
+		return fmt.Sprintf("nvlinkspeed device=%d link=%d mbps=%d at=%s", op.device, op.link, op.num[C.FAKE_MBPS], at)
 	case C.FAKE_OP_LINKSTATE:
 		return fmt.Sprintf("linkstate device=%d link=%d state=%d at=%s", op.device, op.link, op.state, at)
 	case C.FAKE_OP_FABRIC:
@@ -104,6 +121,25 @@ func formatOp(op *C.struct_fake_op) string {
 			goBytes(op.cluster[:]), at)
 	}
 	return fmt.Sprintf("unknown op kind %d", op.kind)
+}
+
+// counterWord names the directive a counter op came from.
+func counterWord(op *C.struct_fake_op) string {
+	switch op.link {
+	case C.FAKE_LINK_PCIE_REPLAY:
+		return "pcireplay"
+	case C.FAKE_LINK_ECC:
+		return "ecc"
+	}
+	return "nvlink"
+}
+
+// counterLink is " link=L" for an NVLink counter, "" for the others.
+func counterLink(op *C.struct_fake_op) string {
+	if op.link >= C.FAKE_MAX_LINKS {
+		return ""
+	}
+	return fmt.Sprintf(" link=%d", op.link)
 }
 
 // goBytes copies a C byte array into Go memory. It is plain Go rather than

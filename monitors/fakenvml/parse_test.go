@@ -98,6 +98,52 @@ func TestParseValid(t *testing.T) {
 				"fabric device=1 state=3 health=1 status=0 clique=0 mask=0 cluster=00000000000000000000000000000000 at=0s",
 			},
 		},
+		{
+			// The reason bits are nvml.h's nvmlClocksEventReason* values:
+			// HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown
+			// 0x40, HwPowerBrakeSlowdown 0x80, SwPowerCap 0x4.
+			name: "clocks take reason names, none or a number, with SM clocks defaulting to 1980 MHz",
+			in: twoDevices + "clocks device=0 reasons=hw_slowdown,sw_thermal sm=1410 at=2s\n" +
+				"clocks device=0 reasons=hw_thermal,hw_power_brake,sw_power_cap\nclocks device=1 reasons=none sm=900 sm_max=1755\n" +
+				"clocks device=1 reasons=1024\nclocks device=1",
+			ops: []string{
+				"clocks device=0 reasons=0x28 sm=1410 sm_max=1980 at=2s",
+				"clocks device=0 reasons=0xc4 sm=1980 sm_max=1980 at=0s",
+				"clocks device=1 reasons=0x0 sm=900 sm_max=1755 at=0s",
+				"clocks device=1 reasons=0x400 sm=1980 sm_max=1980 at=0s",
+				"clocks device=1 reasons=0x0 sm=1980 sm_max=1980 at=0s",
+			},
+		},
+		{
+			name: "pcie defaults to gen 5 x16 everywhere; replays and ECC are counters without a link",
+			in: twoDevices + "pcie device=0 gen=4 width=8 at=3s\npcie device=1 max_gen=4 gpu_max_gen=5 max_width=16\n" +
+				"pcireplay device=0 rate=2.5 from=1s for=10s\npcireplay device=1 value=7\necc device=0 value=3 at=4s\necc device=1 rate=1",
+			ops: []string{
+				"pcie device=0 gen=4 width=8 max_gen=5 max_width=16 gpu_max_gen=5 at=3s",
+				"pcie device=1 gen=5 width=16 max_gen=4 max_width=16 gpu_max_gen=5 at=0s",
+				"pcireplay device=0 counter=0 rate=2.5 from=1s for=10s",
+				"pcireplay device=1 counter=0 value=7 at=0s",
+				"ecc device=0 counter=0 value=3 at=4s",
+				"ecc device=1 counter=0 rate=1 from=0s for=forever",
+			},
+		},
+		{
+			name: "utilization, row remapping, retired pages, temperatures and NVLink speeds",
+			in: twoDevices + "util device=0 gpu=97 memory=40 at=1s\nutil device=1\n" +
+				"remap device=0 corr=2 uncorr=1 pending=yes failure=false at=5s\nremap device=1 failure=1\n" +
+				"retired device=1 pending=true\ntemp device=0 gpu=86 slowdown=88 at=2s\ntemp device=1\n" +
+				"nvlinkspeed device=0 link=17 mbps=13281 at=1s",
+			ops: []string{
+				"util device=0 gpu=97 memory=40 at=1s",
+				"util device=1 gpu=0 memory=0 at=0s",
+				"remap device=0 corr=2 uncorr=1 pending=1 failure=0 at=5s",
+				"remap device=1 corr=0 uncorr=0 pending=0 failure=1 at=0s",
+				"retired device=1 pending=1 at=0s",
+				"temp device=0 gpu=86 slowdown=88 shutdown=95 at=2s",
+				"temp device=1 gpu=40 slowdown=90 shutdown=95 at=0s",
+				"nvlinkspeed device=0 link=17 mbps=13281 at=1s",
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,6 +184,17 @@ func TestParseMalformed(t *testing.T) {
 		{name: "a missing link", line: "linkstate device=0 state=down", want: "missing link="},
 		{name: "a missing counter", line: "nvlink device=0 link=1 rate=1", want: "missing counter="},
 		{name: "a missing state", line: "linkstate device=0 link=1", want: "missing state="},
+		{name: "an unknown clocks reason", line: "clocks device=0 reasons=hw_slowdown,too_hot", want: "unknown reason too_hot"},
+		{name: "a trailing comma in reasons", line: "clocks device=0 reasons=hw_slowdown,", want: "trailing comma"},
+		{name: "a PCIe width past x64", line: "pcie device=0 width=65", want: "width=65: want an integer from 0 to 64"},
+		{name: "a utilization over 100%", line: "util device=0 gpu=101", want: "gpu=101"},
+		{name: "a remap flag that is not a boolean", line: "remap device=0 pending=maybe", want: "pending=maybe: want yes, no"},
+		{name: "retired pages without pending=", line: "retired device=0", want: "missing pending="},
+		{name: "a replay counter with both rate and value", line: "pcireplay device=0 rate=1 value=2", want: "pcireplay needs exactly one of rate= and value="},
+		{name: "an ECC counter with neither", line: "ecc device=0", want: "ecc needs exactly one of rate= and value="},
+		{name: "a link on a PCIe counter", line: "pcireplay device=0 link=1 value=2", want: "unexpected key link= for pcireplay"},
+		{name: "an NVLink speed without mbps=", line: "nvlinkspeed device=0 link=1", want: "missing mbps="},
+		{name: "an NVLink speed on a link the device lacks", line: "nvlinkspeed device=0 link=18 mbps=1", want: "device 0 has 18 links"},
 		{name: "a device that was not declared", line: "xid device=2 code=1", want: "no such device"},
 		{name: "a negative device", line: "lost device=-1", want: "no such device"},
 		{name: "a link the device does not have", line: "linkstate device=1 link=4 state=down", want: "device 1 has 4 links"},
@@ -256,6 +313,9 @@ func FuzzParseScenario(f *testing.F) {
 		"device name=\"unterminated\nxid device=0 code=\x00\r\n",
 		"device pci=ffffffff:ff:1f.7\ndevice pci=0:0\n",
 		"xid device=0 code=1 at=1h2m3s4ms5us6ns7\u00b5s\n",
+		twoDevices + "clocks device=0 reasons=hw_slowdown,sw_thermal sm=1410 at=2s\nclocks device=1 reasons=1024\npcie device=0 gen=4 width=8 max_gen=5\n",
+		twoDevices + "pcireplay device=0 rate=2.5 for=10s\necc device=1 value=3\nutil device=0 gpu=97\nremap device=0 pending=yes failure=0\n",
+		twoDevices + "retired device=1 pending=true\ntemp device=0 gpu=86 slowdown=88\nnvlinkspeed device=0 link=2 mbps=13281\n",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s), uint16(len(s)/2))

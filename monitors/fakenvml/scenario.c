@@ -16,10 +16,21 @@
  *   nvlink    device=N link=L counter=K value=V [at=T]
  *   linkstate device=N link=L state=up|down [at=T]
  *   fabric    device=N [state=S] [health=H] [status=E] [clique=Q] [mask=M] [cluster=X] [at=T]
+ *   clocks    device=N [reasons=R] [sm=MHZ] [sm_max=MHZ] [at=T]
+ *   pcie      device=N [gen=G] [width=W] [max_gen=G] [max_width=W] [gpu_max_gen=G] [at=T]
+ *   pcireplay device=N rate=R [from=T] [for=D]  |  value=V [at=T]
+ *   util      device=N [gpu=P] [memory=P] [at=T]
+ *   remap     device=N [corr=C] [uncorr=U] [pending=B] [failure=B] [at=T]
+ *   retired   device=N pending=B [at=T]
+ *   ecc       device=N rate=R [from=T] [for=D]  |  value=V [at=T]
+ *   temp      device=N [gpu=C] [slowdown=C] [shutdown=C] [at=T]
+ *   nvlinkspeed device=N link=L mbps=M [at=T]
  *
  * T is a Go duration after nvmlInit (500ms, 2s, 1m30s) or @<unix seconds>
  * (fractions allowed); at= and from= are the same key. D is a Go duration.
- * K is replay, recovery, crc_flit, crc_data, ecc_data or 0..4.
+ * K is replay, recovery, crc_flit, crc_data, ecc_data or 0..4. R for clocks
+ * is a comma-separated list of reason names, none, or a number; B is yes,
+ * no, true, false, 1 or 0.
  */
 #include "scenario.h"
 
@@ -53,6 +64,12 @@ static const char *const counter_names[FAKE_NUM_COUNTERS] = {
 };
 static const char *const fabric_states[] = {"not_supported", "not_started", "in_progress", "completed"};
 static const char *const fabric_health[] = {"not_supported", "healthy", "unhealthy", "limited_capacity"};
+/* nvmlClocksEventReason* bits, bit i named reason_names[i]. */
+static const char *const reason_names[] = {
+	"gpu_idle", "app_clocks", "sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal",
+	"hw_thermal", "hw_power_brake", "display_clock", "board_limit", "reliability",
+};
+#define NUM_REASONS ((int)(sizeof(reason_names) / sizeof(reason_names[0])))
 
 static int fail(struct line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -455,9 +472,94 @@ static int take_time(struct line *l, struct fake_op *op)
 	return 0;
 }
 
+/* take_counter reads a counter's rate= (with for=) or value=, exactly one. */
+static int take_counter(struct line *l, struct fake_op *op)
+{
+	const char *v, *rate = take(l, "rate"), *value = take(l, "value");
+
+	if ((rate == NULL) == (value == NULL))
+		return fail(l, "%s needs exactly one of rate= and value=", l->word);
+	if (value != NULL) {
+		op->kind = FAKE_OP_COUNTER_SET;
+		if (parse_uint(value, UINT64_MAX, &op->value) != 0)
+			return fail(l, "value=%.24s: want a non-negative integer", value);
+		return 0;
+	}
+	op->kind = FAKE_OP_COUNTER_RAMP;
+	if (parse_number(&rate, &op->rate) != 0 || *rate != '\0' || op->rate > MAX_RATE)
+		return fail(l, "rate: want a non-negative number per second");
+	if ((v = take(l, "for")) != NULL && parse_duration(v, &op->for_ns) != 0)
+		return fail(l, "for=%.40s: want a duration", v);
+	return 0;
+}
+
+/* take_num reads key=N (0 to max), or def when absent. Looking a key up
+ * again finds it already taken, which is fine: take marks, never removes. */
+static int take_num(struct line *l, const char *key, uint64_t max, uint32_t def, uint32_t *out)
+{
+	const char *v = take(l, key);
+	uint64_t x;
+
+	*out = def;
+	if (v == NULL)
+		return 0;
+	if (parse_uint(v, max, &x) != 0)
+		return fail(l, "%s=%.24s: want an integer from 0 to %llu", key, v, (unsigned long long)max);
+	*out = (uint32_t)x;
+	return 0;
+}
+
+/* take_bool reads key=yes|no|true|false|1|0 into 1 or 0; absent leaves *out. */
+static int take_bool(struct line *l, const char *key, uint32_t *out)
+{
+	const char *v = take(l, key);
+
+	if (v == NULL)
+		return 0;
+	if (strcmp(v, "yes") == 0 || strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+		*out = 1;
+	else if (strcmp(v, "no") == 0 || strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+		*out = 0;
+	else
+		return fail(l, "%s=%.20s: want yes, no, true, false, 1 or 0", key, v);
+	return 0;
+}
+
+/* take_reasons reads reasons=: none, a number, or names joined by commas. */
+static int take_reasons(struct line *l, uint64_t *out)
+{
+	const char *v = take(l, "reasons"), *p;
+
+	*out = 0;
+	if (v == NULL || strcmp(v, "none") == 0)
+		return 0;
+	if (is_digit(*v)) {
+		if (parse_uint(v, UINT32_MAX, out) != 0)
+			return fail(l, "reasons=%.24s: want a 32-bit number", v);
+		return 0;
+	}
+	for (p = v; *p;) {
+		const char *end = strchr(p, ',');
+		size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+		int i;
+
+		for (i = 0; i < NUM_REASONS; i++)
+			if (strlen(reason_names[i]) == n && strncmp(p, reason_names[i], n) == 0)
+				break;
+		if (i == NUM_REASONS)
+			return fail(l, "reasons=: unknown reason %.*s (want none, a number or names such as hw_slowdown,sw_thermal)",
+				    (int)(n > 24 ? 24 : n), p);
+		*out |= 1ULL << i;
+		p += n;
+		if (*p == ',' && *++p == '\0')
+			return fail(l, "reasons=: trailing comma");
+	}
+	return 0;
+}
+
 static int parse_op_line(struct fake_scenario *s, struct line *l, struct fake_op *op)
 {
-	const char *v, *rate, *value;
+	const char *v;
 	uint64_t x;
 
 	op->for_ns = -1;
@@ -481,21 +583,63 @@ static int parse_op_line(struct fake_scenario *s, struct line *l, struct fake_op
 		if (parse_name(v, counter_names, FAKE_NUM_COUNTERS, &x) != 0)
 			return fail(l, "counter=%.20s: want replay, recovery, crc_flit, crc_data, ecc_data or 0-4", v);
 		op->counter = (int)x;
-		rate = take(l, "rate");
-		value = take(l, "value");
-		if ((rate == NULL) == (value == NULL))
-			return fail(l, "nvlink needs exactly one of rate= and value=");
-		if (value != NULL) {
-			op->kind = FAKE_OP_COUNTER_SET;
-			if (parse_uint(value, UINT64_MAX, &op->value) != 0)
-				return fail(l, "value=%.24s: want a non-negative integer", value);
-		} else {
-			op->kind = FAKE_OP_COUNTER_RAMP;
-			if (parse_number(&rate, &op->rate) != 0 || *rate != '\0' || op->rate > MAX_RATE)
-				return fail(l, "rate: want a non-negative number of errors per second");
-			if ((v = take(l, "for")) != NULL && parse_duration(v, &op->for_ns) != 0)
-				return fail(l, "for=%.40s: want a duration", v);
-		}
+		if (take_counter(l, op) != 0)
+			return -1;
+	} else if (strcmp(l->word, "pcireplay") == 0 || strcmp(l->word, "ecc") == 0) {
+		if (take_device(s, l, op, 0) != 0)
+			return -1;
+		op->link = l->word[0] == 'p' ? FAKE_LINK_PCIE_REPLAY : FAKE_LINK_ECC;
+		if (take_counter(l, op) != 0)
+			return -1;
+	} else if (strcmp(l->word, "clocks") == 0) {
+		op->kind = FAKE_OP_CLOCKS;
+		if (take_device(s, l, op, 0) != 0 || take_reasons(l, &op->value) != 0 ||
+		    take_num(l, "sm", 100000, 1980, &op->num[FAKE_SM]) != 0 ||
+		    take_num(l, "sm_max", 100000, 1980, &op->num[FAKE_SM_MAX]) != 0)
+			return -1;
+	} else if (strcmp(l->word, "pcie") == 0) {
+		op->kind = FAKE_OP_PCIE;
+		if (take_device(s, l, op, 0) != 0 || take_num(l, "gen", 16, 5, &op->num[FAKE_GEN]) != 0 ||
+		    take_num(l, "width", 64, 16, &op->num[FAKE_WIDTH]) != 0 ||
+		    take_num(l, "max_gen", 16, 5, &op->num[FAKE_MAX_GEN]) != 0 ||
+		    take_num(l, "max_width", 64, 16, &op->num[FAKE_MAX_WIDTH]) != 0 ||
+		    take_num(l, "gpu_max_gen", 16, 5, &op->num[FAKE_GPU_MAX_GEN]) != 0)
+			return -1;
+	} else if (strcmp(l->word, "util") == 0) {
+		op->kind = FAKE_OP_UTIL;
+		if (take_device(s, l, op, 0) != 0 || take_num(l, "gpu", 100, 0, &op->num[FAKE_UTIL_GPU]) != 0 ||
+		    take_num(l, "memory", 100, 0, &op->num[FAKE_UTIL_MEMORY]) != 0)
+			return -1;
+	} else if (strcmp(l->word, "remap") == 0) {
+		op->kind = FAKE_OP_REMAP;
+		if (take_device(s, l, op, 0) != 0 || take_num(l, "corr", UINT32_MAX, 0, &op->num[FAKE_CORR]) != 0 ||
+		    take_num(l, "uncorr", UINT32_MAX, 0, &op->num[FAKE_UNCORR]) != 0 ||
+		    take_bool(l, "pending", &op->num[FAKE_PENDING]) != 0 ||
+		    take_bool(l, "failure", &op->num[FAKE_FAILURE]) != 0)
+			return -1;
+	} else if (strcmp(l->word, "retired") == 0) {
+		uint32_t pending = 2;
+
+		op->kind = FAKE_OP_RETIRED;
+		if (take_device(s, l, op, 0) != 0 || take_bool(l, "pending", &pending) != 0)
+			return -1;
+		if (pending == 2)
+			return fail(l, "missing pending=");
+		op->state = (int)pending;
+	} else if (strcmp(l->word, "temp") == 0) {
+		op->kind = FAKE_OP_TEMP;
+		if (take_device(s, l, op, 0) != 0 || take_num(l, "gpu", 200, 40, &op->num[FAKE_TEMP_GPU]) != 0 ||
+		    take_num(l, "slowdown", 200, 90, &op->num[FAKE_SLOWDOWN]) != 0 ||
+		    take_num(l, "shutdown", 200, 95, &op->num[FAKE_SHUTDOWN]) != 0)
+			return -1;
+	} else if (strcmp(l->word, "nvlinkspeed") == 0) {
+		op->kind = FAKE_OP_NVLINK_SPEED;
+		if (take_device(s, l, op, 1) != 0)
+			return -1;
+		if (take(l, "mbps") == NULL)
+			return fail(l, "missing mbps=");
+		if (take_num(l, "mbps", UINT32_MAX, 0, &op->num[FAKE_MBPS]) != 0)
+			return -1;
 	} else if (strcmp(l->word, "linkstate") == 0) {
 		op->kind = FAKE_OP_LINKSTATE;
 		if (take_device(s, l, op, 1) != 0)
@@ -548,7 +692,9 @@ static int parse_op_line(struct fake_scenario *s, struct line *l, struct fake_op
 
 static int known_directive(const char *word)
 {
-	static const char *const known[] = {"device", "xid", "lost", "nvlink", "linkstate", "fabric"};
+	static const char *const known[] = {"device", "xid", "lost", "nvlink", "linkstate", "fabric",
+					    "clocks", "pcie", "pcireplay", "util", "remap", "retired",
+					    "ecc", "temp", "nvlinkspeed"};
 	size_t i;
 
 	for (i = 0; i < sizeof(known) / sizeof(known[0]); i++)

@@ -29,7 +29,32 @@ enum fake_op_kind {
 	FAKE_OP_COUNTER_SET,  /* counter = value from at on */
 	FAKE_OP_COUNTER_RAMP, /* counter grows by rate/s during [at, at+for) */
 	FAKE_OP_LINKSTATE,    /* state: 1 up, 0 down */
-	FAKE_OP_FABRIC        /* state, health, status, clique, mask, cluster */
+	FAKE_OP_FABRIC,       /* state, health, status, clique, mask, cluster */
+	FAKE_OP_CLOCKS,       /* value = clocks event reasons; num[SM], num[SM_MAX] */
+	FAKE_OP_PCIE,         /* num[GEN], num[WIDTH], num[MAX_GEN], num[MAX_WIDTH], num[GPU_MAX_GEN] */
+	FAKE_OP_UTIL,         /* num[GPU], num[MEMORY] in percent */
+	FAKE_OP_REMAP,        /* num[CORR], num[UNCORR], num[PENDING], num[FAILURE] */
+	FAKE_OP_RETIRED,      /* state: pages pending retirement */
+	FAKE_OP_TEMP,         /* num[TEMP_GPU], num[SLOWDOWN], num[SHUTDOWN] in degrees C */
+	FAKE_OP_NVLINK_SPEED  /* link; num[MBPS] */
+};
+
+/*
+ * Counters other than the NVLink ones reuse the counter ops (value= and
+ * rate=) on a pseudo link past the last real one.
+ */
+#define FAKE_LINK_PCIE_REPLAY FAKE_MAX_LINKS       /* counter 0: PCIe replays */
+#define FAKE_LINK_ECC (FAKE_MAX_LINKS + 1)         /* counter 0: volatile uncorrected ECC */
+
+/* Indexes into fake_op.num. */
+enum {
+	FAKE_SM = 0, FAKE_SM_MAX = 1,
+	FAKE_GEN = 0, FAKE_WIDTH = 1, FAKE_MAX_GEN = 2, FAKE_MAX_WIDTH = 3, FAKE_GPU_MAX_GEN = 4,
+	FAKE_UTIL_GPU = 0, FAKE_UTIL_MEMORY = 1,
+	FAKE_CORR = 0, FAKE_UNCORR = 1, FAKE_PENDING = 2, FAKE_FAILURE = 3,
+	FAKE_TEMP_GPU = 0, FAKE_SLOWDOWN = 1, FAKE_SHUTDOWN = 2,
+	FAKE_MBPS = 0,
+	FAKE_NUMS = 5
 };
 
 /* A point in time: ns after nvmlInit, or (absolute) ns since the Unix epoch. */
@@ -58,6 +83,7 @@ struct fake_op {
 	int health;
 	uint32_t status, clique, mask;
 	unsigned char cluster[FAKE_CLUSTER_LEN];
+	uint32_t num[FAKE_NUMS];
 	uint64_t delivered; /* runtime: bit i set once event set slot i got it */
 };
 
