@@ -20,7 +20,7 @@ const (
 )
 
 // Check names what was checked: the kind of fault a finding is about.
-// +kubebuilder:validation:Enum=XID;SXID;GPULost;ECC;NVLinkErrors;NVLinkDown;Fabric;NVSwitch;IMEXDaemon;IMEXDomain;PCIe;InfoROM;Thermal;Power;Recertification;Manual
+// +kubebuilder:validation:Enum=XID;SXID;GPULost;ECC;NVLinkErrors;NVLinkDown;Fabric;NVSwitch;IMEXDaemon;IMEXDomain;PCIe;InfoROM;Thermal;Power;Throttled;PCIeDegraded;MemoryRepair;ThermalMargin;NVLinkDegraded;Recertification;Manual
 type Check string
 
 const (
@@ -52,6 +52,24 @@ const (
 	CheckThermal Check = "Thermal"
 	// CheckPower is the GPU's power telemetry failing.
 	CheckPower Check = "Power"
+	// CheckThrottled is a GPU whose clocks are held down by a cause other
+	// than its workload (HW slowdown, HW or SW thermal slowdown, HW power
+	// brake) for most of the judging window; the code names the reason.
+	CheckThrottled Check = "Throttled"
+	// CheckPCIeDegraded is a GPU whose PCIe link runs below the generation
+	// or width it and its slot negotiated, while it is busy; the code is
+	// GENERATION or WIDTH.
+	CheckPCIeDegraded Check = "PCIeDegraded"
+	// CheckMemoryRepair is the GPU's memory repair state: a row remap
+	// pending (a GPU reset applies it), a row remap failure, or retired
+	// pages pending (GPUs before Ampere).
+	CheckMemoryRepair Check = "MemoryRepair"
+	// CheckThermalMargin is a GPU running within a few degrees of its
+	// slowdown temperature for most of the judging window.
+	CheckThermalMargin Check = "ThermalMargin"
+	// CheckNVLinkDegraded is an active NVLink running below the speed of
+	// the other links of its GPU.
+	CheckNVLinkDegraded Check = "NVLinkDegraded"
 	// CheckRecertification is the result of a recertification Job.
 	CheckRecertification Check = "Recertification"
 	// CheckManual is a finding a human recorded.

@@ -31,6 +31,13 @@ var checkDefaults = map[gpuhealthv1alpha1.Check]struct {
 	gpuhealthv1alpha1.CheckInfoROM:      {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionContactSupport},
 	gpuhealthv1alpha1.CheckThermal:      {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionNone},
 	gpuhealthv1alpha1.CheckPower:        {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionNone},
+	// The slow-GPU checks (docs/monitors.md): the NVML source sets severity
+	// and action per code; these are the defaults for other producers.
+	gpuhealthv1alpha1.CheckThrottled:      {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
+	gpuhealthv1alpha1.CheckPCIeDegraded:   {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
+	gpuhealthv1alpha1.CheckMemoryRepair:   {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionResetGPU},
+	gpuhealthv1alpha1.CheckThermalMargin:  {gpuhealthv1alpha1.SeverityInfo, gpuhealthv1alpha1.ActionNone},
+	gpuhealthv1alpha1.CheckNVLinkDegraded: {gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionRecertify},
 }
 
 // maxMessage bounds the message copied into the event's spec.
