@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/monitors/nvml"
 	"github.com/gpuhealth/gpuhealth/monitors/pipeline"
 )
 
@@ -58,6 +59,67 @@ type NVMLConfig struct {
 	// FabricGrace is how long the fabric may be NOT_STARTED or IN_PROGRESS
 	// after the agent starts (default 10m).
 	FabricGrace metav1.Duration `json:"fabricGrace,omitempty"`
+	// Performance configures the slow-GPU checks (clocks throttling, PCIe
+	// link, memory repair, thermal margin, NVLink speed).
+	Performance PerformanceConfig `json:"performance,omitempty"`
+}
+
+// PerformanceConfig configures the slow-GPU checks; see docs/monitors.md.
+type PerformanceConfig struct {
+	// Window the conditions are judged over (default 5m).
+	Window metav1.Duration `json:"window,omitempty"`
+	// Share of the window a condition must hold for, above 0 and at most
+	// 1 (default 0.5).
+	Share float64 `json:"share,omitempty"`
+	// BusyUtilization is the GPU utilisation in percent from which a PCIe
+	// link below its maximum counts (default 30).
+	BusyUtilization uint32 `json:"busyUtilization,omitempty"`
+	// PCIeReplayRate is the PCIe replay rate per second above which the
+	// link is reported (default 8 a minute, DCGM's limit).
+	PCIeReplayRate float64 `json:"pcieReplayRate,omitempty"`
+	// ThermalMargin in °C below the slowdown temperature (default 5).
+	ThermalMargin uint32 `json:"thermalMargin,omitempty"`
+	// NVLinkSpeedRatio: a link slower than this share of its GPU's fastest
+	// active link is degraded (default 0.95).
+	NVLinkSpeedRatio float64 `json:"nvlinkSpeedRatio,omitempty"`
+	// Disable lists checks to turn off: Throttled, PCIeDegraded, PCIe,
+	// MemoryRepair, ECC, ThermalMargin, NVLinkDegraded.
+	Disable []string `json:"disable,omitempty"`
+}
+
+// Source returns the nvml source's view of the configuration.
+func (p *PerformanceConfig) Source() nvml.Performance {
+	out := nvml.Performance{
+		Window: p.Window.Duration, Share: p.Share, BusyUtilization: p.BusyUtilization,
+		PCIeReplayRate: p.PCIeReplayRate, ThermalMargin: p.ThermalMargin, NVLinkSpeedRatio: p.NVLinkSpeedRatio,
+	}
+	for _, c := range p.Disable {
+		out.Off = append(out.Off, checkOf(c))
+	}
+	return out
+}
+
+func (p *PerformanceConfig) validate() []error {
+	var errs []error
+	if p.Share < 0 || p.Share > 1 {
+		errs = append(errs, fmt.Errorf("nvml.performance.share: %g is not within (0, 1]", p.Share))
+	}
+	if p.BusyUtilization > 100 {
+		errs = append(errs, fmt.Errorf("nvml.performance.busyUtilization: %d is not a percentage", p.BusyUtilization))
+	}
+	if p.PCIeReplayRate < 0 || p.NVLinkSpeedRatio < 0 || p.NVLinkSpeedRatio > 1 {
+		errs = append(errs, errors.New("nvml.performance: pcieReplayRate must not be negative and nvlinkSpeedRatio must be within (0, 1]"))
+	}
+	known := make([]string, 0, len(nvml.PerformanceChecks))
+	for _, c := range nvml.PerformanceChecks {
+		known = append(known, string(c))
+	}
+	for _, c := range p.Disable {
+		if !slices.Contains(known, c) {
+			errs = append(errs, fmt.Errorf("nvml.performance.disable: unknown check %q (known: %s)", c, strings.Join(known, ", ")))
+		}
+	}
+	return errs
 }
 
 // DCGMConfig configures the dcgm source.
@@ -169,6 +231,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("nvml.thresholds: unknown counter %q (known: CRC_FLIT, CRC_DATA, REPLAY, RECOVERY)", k))
 		}
 	}
+	errs = append(errs, c.NVML.Performance.validate()...)
 	if m := c.DCGM.Mode; m != "" && m != "embedded" && m != "standalone" {
 		errs = append(errs, fmt.Errorf("dcgm.mode: %q is neither embedded nor standalone", m))
 	}
@@ -178,8 +241,8 @@ func (c *Config) Validate() error {
 	for name, d := range map[string]metav1.Duration{
 		"nvml.pollInterval": c.NVML.PollInterval, "nvml.window": c.NVML.Window, "nvml.fabricGrace": c.NVML.FabricGrace,
 		"dcgm.pollInterval": c.DCGM.PollInterval, "imex.interval": c.IMEX.Interval, "imex.timeout": c.IMEX.Timeout,
-		"imex.startupGrace": c.IMEX.StartupGrace,
-		"publish.window":    c.Publish.Window,
+		"imex.startupGrace": c.IMEX.StartupGrace, "nvml.performance.window": c.NVML.Performance.Window,
+		"publish.window": c.Publish.Window,
 	} {
 		if d.Duration < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", name))

@@ -40,6 +40,18 @@ debounce: [{check: IMEXDaemon, occurrences: 2, window: 90s}]
 		{name: "an unknown source is named", yaml: "sources: [nvml, gpu]", wantErr: `unknown source "gpu"`},
 		{name: "a bad duration is an error", yaml: "nvml: {pollInterval: often}", wantErr: "often"},
 		{name: "a negative duration is an error", yaml: "publish: {window: -1s}", wantErr: "publish.window: must not be negative"},
+		{name: "the slow-GPU checks are configured under nvml.performance", yaml: `
+nvml: {performance: {window: 10m, share: 0.8, busyUtilization: 50, pcieReplayRate: 1, thermalMargin: 3, nvlinkSpeedRatio: 0.9, disable: [ThermalMargin]}}
+`, check: func(g Gomega, c Config) {
+			p := c.NVML.Performance.Source()
+			g.Expect(p.Window).To(Equal(10 * time.Minute))
+			g.Expect(p.Share).To(Equal(0.8))
+			g.Expect(p.BusyUtilization).To(Equal(uint32(50)))
+			g.Expect(p.ThermalMargin).To(Equal(uint32(3)))
+			g.Expect(p.Off).To(HaveLen(1))
+		}},
+		{name: "an unknown slow-GPU check is named", yaml: "nvml: {performance: {disable: [Slow]}}", wantErr: `unknown check "Slow"`},
+		{name: "a share is a part of the window", yaml: "nvml: {performance: {share: 1.5}}", wantErr: "nvml.performance.share: 1.5"},
 		{name: "an unknown counter is named", yaml: "nvml: {thresholds: {CRC: 1}}", wantErr: `unknown counter "CRC"`},
 		{name: "standalone DCGM needs an address", yaml: "dcgm: {mode: standalone}", wantErr: "dcgm.address: required"},
 		{name: "a debounce rule needs a window", yaml: "debounce: [{check: XID, occurrences: 3}]", wantErr: "debounce[0]"},

@@ -53,6 +53,7 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 			Window:       cfg.NVML.Window.Duration,
 			Thresholds:   thresholds,
 			FabricGrace:  cfg.NVML.FabricGrace.Duration,
+			Performance:  cfg.NVML.Performance.Source(),
 			Log:          deps.log.WithName("nvml"),
 		}
 	}

@@ -59,6 +59,7 @@ func (s *Source) pollDevice(now, started time.Time, d *device, tracker *monitors
 	if window <= 0 {
 		window = DefaultWindow
 	}
+	var up []int
 	for _, l := range d.links {
 		linkID := d.uuid + "/link-" + strconv.Itoa(l)
 		state, ret := d.handle.GetNvLinkState(l)
@@ -66,6 +67,9 @@ func (s *Source) pollDevice(now, started time.Time, d *device, tracker *monitors
 			return errLost
 		}
 		if ret == gonvml.SUCCESS {
+			if state == gonvml.FEATURE_ENABLED {
+				up = append(up, l)
+			}
 			tracker.Set(now, monitors.Finding{
 				Source:    gpuhealthv1alpha1.SourceNVML,
 				Check:     gpuhealthv1alpha1.CheckNVLinkDown,
@@ -110,9 +114,11 @@ func (s *Source) pollDevice(now, started time.Time, d *device, tracker *monitors
 		}
 	}
 	if d.fabric {
-		return s.pollFabric(now, started, d, tracker, report)
+		if err := s.pollFabric(now, started, d, tracker, report); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.pollPerformance(now, d, up, tracker, report)
 }
 
 // pollFabric judges the GPU's fabric state and health summary.

@@ -46,3 +46,12 @@ func (r *rate) add(at time.Time, value uint64, window time.Duration) (float64, b
 	}
 	return float64(last.value-first.value) / span, true
 }
+
+// increase is how much the counter rose across the samples kept: over the
+// last window, or since the history (re)started when that is shorter.
+func (r *rate) increase() uint64 {
+	if len(r.samples) < 2 {
+		return 0
+	}
+	return r.samples[len(r.samples)-1].value - r.samples[0].value
+}

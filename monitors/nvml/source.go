@@ -91,6 +91,8 @@ type Source struct {
 	// Repeat is how often a condition that still holds is reported again
 	// (monitors.DefaultRepeat when zero).
 	Repeat time.Duration
+	// Performance configures the slow-GPU checks.
+	Performance Performance
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// Log receives the source's logs.
@@ -99,6 +101,9 @@ type Source struct {
 	mu      sync.Mutex
 	devices []*device
 	lost    map[string]bool
+	// lookup says whether the loaded library exports a symbol; nil when
+	// the library cannot say.
+	lookup func(string) error
 }
 
 // device is one GPU as the source knows it.
@@ -112,6 +117,8 @@ type device struct {
 	// fabric is false when the GPU has no fabric to watch.
 	fabric          bool
 	fabricCompleted bool
+	// perf is what the slow-GPU checks remember.
+	perf *perfState
 }
 
 // Name implements monitors.Source.
@@ -160,6 +167,12 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 		}
 	}
 	defer func() { _ = lib.Shutdown() }()
+	// go-nvml binds symbols lazily: calling one the driver lacks aborts the
+	// process, so calls newer than the oldest supported driver are looked
+	// up first.
+	if ext := extensions(lib); ext != nil {
+		s.lookup = ext.LookupSymbol
+	}
 	devices, err := s.discover(lib)
 	if err != nil {
 		return err
@@ -191,6 +204,17 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 		return second
 	}
 	return first
+}
+
+// extensions returns the library's extended interface, or nil when it has
+// none (go-nvml's mock panics when asked without an ExtensionsFunc).
+func extensions(lib gonvml.Interface) (ext gonvml.ExtendedInterface) {
+	defer func() {
+		if recover() != nil {
+			ext = nil
+		}
+	}()
+	return lib.Extensions()
 }
 
 // discover reads every GPU's identity.

@@ -50,6 +50,14 @@ func TestMain(m *testing.M) {
 type recorder struct {
 	mu       sync.Mutex
 	findings []monitors.Finding
+	started  time.Time
+}
+
+// all returns every finding so far.
+func (r *recorder) all() []monitors.Finding {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]monitors.Finding(nil), r.findings...)
 }
 
 func (r *recorder) report(f monitors.Finding) {
@@ -88,7 +96,7 @@ func run(t *testing.T, scenario string, s *Source) (*recorder, func() error) {
 	if s.PollInterval == 0 {
 		s.PollInterval = 50 * time.Millisecond
 	}
-	r := &recorder{}
+	r := &recorder{started: time.Now()}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, r.report) }()

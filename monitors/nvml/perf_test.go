@@ -1,0 +1,171 @@
+package nvml
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/monitors"
+)
+
+// The slow-GPU checks run against the fake library with a one-second
+// window (and a 50 ms poll), so that "half the window" is half a second.
+
+func TestShareCountsTimeHeldWithinTheWindow(t *testing.T) {
+	g := NewWithT(t)
+	t0 := time.Unix(1_700_000_000, 0)
+	var s share
+	at := func(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
+	held, covered := s.add(at(0), true, true, 10*time.Second)
+	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{0, 0}), "one sample says nothing yet")
+	held, covered = s.add(at(4), false, true, 10*time.Second)
+	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{4 * time.Second, 4 * time.Second}), "the state lasts until the next sample")
+	held, covered = s.add(at(6), true, false, 10*time.Second)
+	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{4 * time.Second, 6 * time.Second}))
+	held, covered = s.add(at(9), true, true, 10*time.Second)
+	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{4 * time.Second, 6 * time.Second}), "time after an uncounted sample counts neither way")
+	held, covered = s.add(at(13), true, true, 10*time.Second)
+	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{5 * time.Second, 7 * time.Second}), "the window starts at 3 s: 1 s of the first sample is left")
+	held, covered = s.add(at(30), false, true, 10*time.Second)
+	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{10 * time.Second, 10 * time.Second}), "a long gap holds the last state")
+	held, _ = s.add(at(20), true, true, 10*time.Second)
+	g.Expect(held).To(BeZero(), "a clock that went back starts afresh")
+}
+
+func perfSource() *Source {
+	return &Source{Performance: Performance{Window: time.Second}}
+}
+
+func TestThrottleByHWSlowdownIsReportedAndResolves(t *testing.T) {
+	g := NewWithT(t)
+	r, stop := run(t, twoGPUs+
+		"clocks device=0 reasons=hw_slowdown sm=1100 at=200ms\nclocks device=0 reasons=none at=2500ms\n"+
+		"clocks device=1 reasons=sw_power_cap,gpu_idle sm=900\n"+
+		"clocks device=1 reasons=hw_slowdown at=1s\nclocks device=1 reasons=sw_power_cap at=1200ms\n", perfSource())
+	throttled := func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckThrottled, uuid0, "HW_SLOWDOWN") }
+	g.Eventually(throttled, 5*time.Second).Should(HaveLen(1))
+	f := throttled()[0]
+	g.Expect(f.Severity).To(Equal(gpuhealthv1alpha1.SeverityDegraded))
+	g.Expect(f.Action).To(Equal(gpuhealthv1alpha1.ActionRecertify))
+	g.Expect(f.Message).To(ContainSubstring("SM clock 1100 of 1980 MHz"))
+	g.Eventually(throttled, 5*time.Second).Should(HaveLen(2), "resolved once the reason cleared for half the window")
+	g.Expect(throttled()[1].Resolved).To(BeTrue())
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckThrottled, uuid1, "HW_SLOWDOWN")).To(BeEmpty(), "a 200 ms blip is not half the window")
+	for _, f := range r.all() {
+		g.Expect(f.Component.ID == uuid1 && f.Check == gpuhealthv1alpha1.CheckThrottled).To(BeFalse(), "a power cap and idling are the workload's: %v", f.String())
+	}
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestThermalSlowdownAlsoShowsAsViolationTime(t *testing.T) {
+	g := NewWithT(t)
+	r, stop := run(t, twoGPUs+"clocks device=1 reasons=hw_thermal\n", perfSource())
+	g.Eventually(func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckThrottled, uuid1, "HW_THERMAL_SLOWDOWN")
+	}, 5*time.Second).ShouldNot(BeEmpty())
+	g.Eventually(func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckThrottled, uuid1, CodeThermalViolation)
+	}, 5*time.Second).ShouldNot(BeEmpty())
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckThrottled, uuid1, CodeReliabilityViolation)).To(BeEmpty())
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestPCIeLinkIsJudgedOnlyWhileBusy(t *testing.T) {
+	g := NewWithT(t)
+	// x8 of x16 throughout. Idle for 1.5 s (no finding), busy until 3.5 s
+	// (WIDTH), idle again (the finding stays open), busy at x16 from 5 s
+	// (resolved).
+	r, stop := run(t, twoGPUs+
+		"pcie device=0 gen=5 width=8\npcie device=0 at=5s\n"+
+		"util device=0 gpu=0\nutil device=0 gpu=95 at=1500ms\nutil device=0 gpu=2 at=3500ms\nutil device=0 gpu=90 at=5s\n", perfSource())
+	width := func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid0, CodePCIeWidth)
+	}
+	g.Consistently(width, 1200*time.Millisecond).Should(BeEmpty(), "an idle link may slow down")
+	g.Eventually(width, 5*time.Second).Should(HaveLen(1))
+	g.Expect(width()[0].Action).To(Equal(gpuhealthv1alpha1.ActionRebootNode), "a lost lane needs the link retrained")
+	g.Expect(width()[0].Message).To(ContainSubstring("gen 5 x8, below the gen 5 x16"))
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid0, CodePCIeGeneration)).To(BeEmpty(), "the generation is at its maximum")
+	time.Sleep(time.Until(startOf(r).Add(4800 * time.Millisecond)))
+	g.Expect(width()).To(HaveLen(1), "idle again: the verdict stands")
+	g.Eventually(width, 5*time.Second).Should(HaveLen(2))
+	g.Expect(width()[1].Resolved).To(BeTrue())
+	g.Expect(stop()).To(Succeed())
+}
+
+// startOf is when the run began, a moment before nvmlInit, which the
+// fake's relative times count from.
+func startOf(r *recorder) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.started
+}
+
+func TestPCIeGenerationDropAndReplays(t *testing.T) {
+	g := NewWithT(t)
+	r, stop := run(t, twoGPUs+"pcie device=1 gen=3 max_gen=5\nutil device=1 gpu=100\npcireplay device=1 rate=20\n", perfSource())
+	g.Eventually(func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid1, CodePCIeGeneration)
+	}, 5*time.Second).ShouldNot(BeEmpty())
+	gen := r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid1, CodePCIeGeneration)[0]
+	g.Expect(gen.Action).To(Equal(gpuhealthv1alpha1.ActionRecertify))
+	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckPCIe, uuid1, CodePCIeReplay) }, 5*time.Second).ShouldNot(BeEmpty())
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckPCIe, uuid1, CodePCIeReplay)[0].Message).To(ContainSubstring("threshold 0.133/s"))
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestMemoryRepairAndECC(t *testing.T) {
+	g := NewWithT(t)
+	r, stop := run(t, twoGPUs+
+		"remap device=0 corr=3\nremap device=0 corr=3 uncorr=1 pending=yes at=300ms\nremap device=0 corr=3 uncorr=1 at=1s\n"+
+		"remap device=1 uncorr=4 failure=yes at=300ms\n"+
+		"ecc device=1 value=7\necc device=1 value=10 at=500ms\n"+
+		"retired device=0 pending=yes at=300ms\n", perfSource())
+	pending := func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckMemoryRepair, uuid0, CodeRowRemapPending)
+	}
+	g.Eventually(pending, 5*time.Second).Should(HaveLen(2), "pending, then applied")
+	g.Expect(pending()[0].Action).To(Equal(gpuhealthv1alpha1.ActionResetGPU))
+	g.Expect(pending()[1].Resolved).To(BeTrue())
+	failure := r.matching(gpuhealthv1alpha1.CheckMemoryRepair, uuid1, CodeRowRemapFailure)
+	g.Expect(failure).To(HaveLen(1))
+	g.Expect(failure[0].Severity).To(Equal(gpuhealthv1alpha1.SeverityFatal))
+	g.Expect(failure[0].Action).To(Equal(gpuhealthv1alpha1.ActionContactSupport))
+	ecc := r.matching(gpuhealthv1alpha1.CheckECC, uuid1, CodeVolatileUncorrected)
+	g.Expect(ecc).To(HaveLen(1), "the count at start is not news; the rise is")
+	g.Expect(ecc[0].Count).To(Equal(int64(3)))
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckMemoryRepair, uuid0, CodeRetiredPagesPending)).To(HaveLen(1))
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestThermalMarginAndNVLinkSpeed(t *testing.T) {
+	g := NewWithT(t)
+	r, stop := run(t, twoGPUs+"temp device=0 gpu=86 slowdown=90\ntemp device=1 gpu=80 slowdown=90\n"+
+		"nvlinkspeed device=1 link=1 mbps=13281\n", perfSource())
+	g.Eventually(func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckThermalMargin, uuid0, CodeSlowdownMargin)
+	}, 5*time.Second).ShouldNot(BeEmpty())
+	margin := r.matching(gpuhealthv1alpha1.CheckThermalMargin, uuid0, CodeSlowdownMargin)[0]
+	g.Expect(margin.Severity).To(Equal(gpuhealthv1alpha1.SeverityInfo))
+	link := func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckNVLinkDegraded, uuid1+"/link-1", CodeNVLinkSpeed)
+	}
+	g.Eventually(link, 5*time.Second).ShouldNot(BeEmpty())
+	g.Expect(link()[0].Message).To(ContainSubstring("13281 MB/s, below the 26562 MB/s"))
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckThermalMargin, uuid1, CodeSlowdownMargin)).To(BeEmpty(), "10°C of margin is enough")
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckNVLinkDegraded, uuid1+"/link-0", CodeNVLinkSpeed)).To(BeEmpty())
+	g.Expect(stop()).To(Succeed())
+}
+
+func TestChecksTurnedOffOrUnsupportedStaySilent(t *testing.T) {
+	g := NewWithT(t)
+	s := perfSource()
+	s.Performance.Off = []gpuhealthv1alpha1.Check{gpuhealthv1alpha1.CheckThrottled}
+	// GPU 0 reports nothing of these signals (NOT_SUPPORTED); GPU 1 is
+	// throttled but the check is off.
+	r, stop := run(t, twoGPUs+"clocks device=1 reasons=hw_slowdown\n", s)
+	g.Consistently(r.all, 1500*time.Millisecond).Should(BeEmpty())
+	g.Expect(stop()).To(Succeed())
+}
