@@ -32,6 +32,13 @@ func (s *Source) poll(ctx context.Context, report monitors.Reporter) error {
 		interval = DefaultPollInterval
 	}
 	tracker := &monitors.Tracker{Repeat: s.Repeat}
+	// A slow-GPU condition that holds is reported again once a judging
+	// window: each report is one more occurrence for a policy's debounce.
+	perfRepeat := s.Performance.withDefaults().Window
+	if s.Repeat > 0 {
+		perfRepeat = min(perfRepeat, s.Repeat)
+	}
+	perfTracker := &monitors.Tracker{Repeat: perfRepeat}
 	started := s.clock().Now()
 	ticker := s.clock().NewTicker(interval)
 	defer ticker.Stop()
@@ -41,7 +48,7 @@ func (s *Source) poll(ctx context.Context, report monitors.Reporter) error {
 			if s.isLost(d) {
 				continue
 			}
-			if err := s.pollDevice(now, started, d, tracker, report); err != nil {
+			if err := s.pollDevice(now, started, d, tracker, perfTracker, report); err != nil {
 				s.markLost(d, report)
 			}
 		}
@@ -54,7 +61,7 @@ func (s *Source) poll(ctx context.Context, report monitors.Reporter) error {
 }
 
 // pollDevice reads one GPU; it returns errLost when NVML says the GPU is lost.
-func (s *Source) pollDevice(now, started time.Time, d *device, tracker *monitors.Tracker, report monitors.Reporter) error {
+func (s *Source) pollDevice(now, started time.Time, d *device, tracker, perfTracker *monitors.Tracker, report monitors.Reporter) error {
 	window := s.Window
 	if window <= 0 {
 		window = DefaultWindow
@@ -118,7 +125,7 @@ func (s *Source) pollDevice(now, started time.Time, d *device, tracker *monitors
 			return err
 		}
 	}
-	return s.pollPerformance(now, d, up, tracker, report)
+	return s.pollPerformance(now, d, up, perfTracker, report)
 }
 
 // pollFabric judges the GPU's fabric state and health summary.
