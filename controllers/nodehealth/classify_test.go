@@ -1,11 +1,14 @@
 package nodehealth
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
@@ -189,5 +192,47 @@ func TestDebounceFirstSightOfACoalescedCount(t *testing.T) {
 		st := &gpuhealthv1alpha1.NodeHealthEventStatus{Count: 5, FirstSeen: &first, LastSeen: &last}
 		st.Occurrences = sample(st, d.Window.Get(0), now)
 		NewWithT(t).Expect(occurrencesWithin(st, d.Window.Get(0), now) >= int64(d.Count)).To(Equal(tc.want), "over %s", tc.span)
+	}
+}
+
+// TestSamplePolicyJudgesSlowGPUs: the shipped policy's rules quarantine a
+// throttled GPU, a PCIe link trained down and a slow NVLink once reported
+// twice, act on memory repair at once (a failure with the monitor's
+// ContactSupport) and only observe a thin thermal margin.
+func TestSamplePolicyJudgesSlowGPUs(t *testing.T) {
+	g := NewWithT(t)
+	b, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "gpuhealth_v1alpha1_remediationpolicy.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	var policy gpuhealthv1alpha1.RemediationPolicy
+	g.Expect(yaml.UnmarshalStrict(b, &policy)).To(Succeed())
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	event := func(check gpuhealthv1alpha1.Check, code string, sev gpuhealthv1alpha1.Severity, action gpuhealthv1alpha1.Action, count int64) *gpuhealthv1alpha1.NodeHealthEvent {
+		first, last := metav1.NewTime(now.Add(-5*time.Minute)), metav1.NewTime(now)
+		if count == 1 {
+			first = last
+		}
+		return &gpuhealthv1alpha1.NodeHealthEvent{
+			Spec:   gpuhealthv1alpha1.NodeHealthEventSpec{NodeName: "n", Source: "nvml", Check: check, Code: code, Severity: sev, RecommendedAction: action},
+			Status: gpuhealthv1alpha1.NodeHealthEventStatus{Count: count, FirstSeen: &first, LastSeen: &last},
+		}
+	}
+	for _, tc := range []struct {
+		event      *gpuhealthv1alpha1.NodeHealthEvent
+		rule       string
+		verdict    gpuhealthv1alpha1.Verdict
+		counts     bool
+		wantAction gpuhealthv1alpha1.Action
+	}{
+		{event("Throttled", "HW_SLOWDOWN", "Degraded", "Recertify", 1), "slow-gpu", "Quarantine", false, "Recertify"},
+		{event("Throttled", "HW_SLOWDOWN", "Degraded", "Recertify", 2), "slow-gpu", "Quarantine", true, "Recertify"},
+		{event("PCIeDegraded", "WIDTH", "Degraded", "RebootNode", 2), "slow-gpu", "Quarantine", true, "RebootNode"},
+		{event("NVLinkDegraded", "SPEED", "Degraded", "Recertify", 2), "slow-gpu", "Quarantine", true, "Recertify"},
+		{event("MemoryRepair", "ROW_REMAP_PENDING", "Degraded", "ResetGPU", 1), "memory-repair", "Quarantine", true, "ResetGPU"},
+		{event("MemoryRepair", "ROW_REMAP_FAILURE", "Fatal", "ContactSupport", 1), "memory-repair", "Quarantine", true, "ContactSupport"},
+		{event("ThermalMargin", "SLOWDOWN_MARGIN", "Info", "None", 3), "thermal-margin", "Observe", false, "None"},
+	} {
+		j := judge(tc.event, policy.Spec.Rules, now)
+		g.Expect([]any{j.rule, j.verdict, j.counts, j.action}).To(Equal([]any{tc.rule, tc.verdict, tc.counts, tc.wantAction}),
+			"%s/%s seen %d times", tc.event.Spec.Check, tc.event.Spec.Code, tc.event.Status.Count)
 	}
 }
