@@ -115,8 +115,10 @@ func TestDashboardIsWellFormed(t *testing.T) {
 
 // series are an hour of the metrics the dashboard reads, shaped as a small
 // fleet exports them: two operator replicas during a hand-over, two nodes'
-// monitors; gpu-2 failed with an XID 79, stranding the other member of its
-// ComputeDomain, after one repair a minute recertified and one released.
+// monitors (gpu-1 with a throttled GPU, a busy GPU on a x8 gen 4 link, a
+// GPU 3 °C from slowdown and a pending row remap); gpu-2 failed with an XID
+// 79, stranding the other member of its ComputeDomain, after one repair a
+// minute recertified and one released.
 const series = `load 1m
 	gpuhealth_node_gpus{node="gpu-1",pod="op-a"} 8x60
 	gpuhealth_node_gpus{node="gpu-2",pod="op-a"} 8x60
@@ -146,6 +148,17 @@ const series = `load 1m
 	gpuhealth_monitor_spool_records{node="gpu-1"} 0x60
 	gpuhealth_monitor_publish_errors_total{node="gpu-1",reason="Unavailable"} 0+1x60
 	gpuhealth_monitor_findings_dropped_total{node="gpu-1",reason="SpoolFull",severity="Info"} 0+1x60
+	gpuhealth_monitor_gpu_clocks_event_seconds_total{node="gpu-1",gpu="3",uuid="GPU-3",reason="hw_slowdown"} 0+45x60
+	gpuhealth_monitor_gpu_clocks_event_seconds_total{node="gpu-1",gpu="3",uuid="GPU-3",reason="sw_power_cap"} 0+60x60
+	gpuhealth_monitor_gpu_pcie_link_width{node="gpu-1",gpu="4",uuid="GPU-4"} 8x60
+	gpuhealth_monitor_gpu_pcie_link_width_max{node="gpu-1",gpu="4",uuid="GPU-4"} 16x60
+	gpuhealth_monitor_gpu_pcie_link_generation{node="gpu-1",gpu="4",uuid="GPU-4"} 4x60
+	gpuhealth_monitor_gpu_pcie_link_generation_max{node="gpu-1",gpu="4",uuid="GPU-4"} 5x60
+	gpuhealth_monitor_gpu_utilization_ratio{node="gpu-1",gpu="4",uuid="GPU-4"} 0.9x60
+	gpuhealth_monitor_gpu_temperature_celsius{node="gpu-1",gpu="3",uuid="GPU-3"} 85x60
+	gpuhealth_monitor_gpu_slowdown_temperature_celsius{node="gpu-1",gpu="3",uuid="GPU-3"} 88x60
+	gpuhealth_monitor_gpu_row_remap_pending{node="gpu-1",gpu="5",uuid="GPU-5"} 1x60
+	gpuhealth_monitor_gpu_row_remap_failure{node="gpu-1",gpu="5",uuid="GPU-5"} 0x60
 	leader_election_master_status{name="gpuhealth-operator.gpuhealth.dev",pod="op-a"} 1x60
 	workqueue_depth{name="nodehealth"} 3x60
 	workqueue_depth{name="other_controller"} 9x60
