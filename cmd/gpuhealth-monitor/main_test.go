@@ -185,6 +185,9 @@ device index=0 uuid=%s pci=0000:3b:00.0 name="NVIDIA H200" links=4
 device index=1 uuid=%s pci=0000:5e:00.0 name="NVIDIA H200" links=4
 fabric device=0 state=completed health=healthy status=success clique=7
 fabric device=1 state=completed health=healthy status=success clique=7
+clocks device=0 reasons=gpu_idle
+pcie device=1
+util device=1 gpu=0
 `, gpu0, gpu1))
 	// The kernel log is a regular file the test appends records to.
 	n.kmsg = filepath.Join(n.dir, "kmsg")
@@ -192,7 +195,7 @@ fabric device=1 state=completed health=healthy status=success clique=7
 	n.config = filepath.Join(n.dir, "monitor.yaml")
 	writeFile(t, n.config, fmt.Sprintf(`
 sources: [nvml, kmsg]
-nvml: {pollInterval: 100ms, window: 1s, thresholds: {CRC_FLIT: 1000}}
+nvml: {pollInterval: 100ms, window: 1s, thresholds: {CRC_FLIT: 1000}, performance: {window: 1s}}
 kmsg: {path: %s}
 publish: {window: 200ms}
 `, n.kmsg))
@@ -391,6 +394,25 @@ func TestMonitorProcess(t *testing.T) {
 		n.inject(fmt.Sprintf("fabric device=1 state=completed health=unhealthy status=success clique=7 at=%s", fakenvml.At(time.Now())))
 		g.Eventually(n.event(gpuhealthv1alpha1.CheckFabric, gpu1, "UNHEALTHY")).Should(WithTransform(
 			func(e *gpuhealthv1alpha1.NodeHealthEvent) gpuhealthv1alpha1.Severity { return e.Spec.Severity }, Equal(gpuhealthv1alpha1.SeverityFatal)))
+	})
+
+	t.Run("a GPU throttled by HW slowdown for most of the window is a Throttled finding, its signals in the metrics", func(t *testing.T) {
+		g := NewWithT(t)
+		now := time.Now()
+		n.inject(fmt.Sprintf("clocks device=0 reasons=hw_slowdown sm=1200 at=%s", fakenvml.At(now)),
+			fmt.Sprintf("clocks device=0 reasons=gpu_idle at=%s", fakenvml.At(now.Add(2*time.Second))))
+		throttled := n.event(gpuhealthv1alpha1.CheckThrottled, gpu0, "HW_SLOWDOWN")
+		g.Eventually(throttled).Should(WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, BeNumerically(">=", 1)))
+		e := throttled(g)
+		g.Expect(e.Spec.Severity).To(Equal(gpuhealthv1alpha1.SeverityDegraded))
+		g.Expect(e.Spec.RecommendedAction).To(Equal(gpuhealthv1alpha1.ActionRecertify))
+		g.Expect(e.Spec.Message).To(ContainSubstring("SM clock 1200 of 1980 MHz"))
+		body, err := fetch("http://" + n.metrics + "/metrics")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(body).To(ContainSubstring(`gpuhealth_monitor_gpu_clocks_event_seconds_total{gpu="0",reason="hw_slowdown",uuid="` + gpu0 + `"}`))
+		g.Expect(body).To(ContainSubstring(`gpuhealth_monitor_gpu_pcie_link_width{gpu="1",uuid="` + gpu1 + `"} 16`))
+		g.Eventually(throttled).Should(WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) bool { return e.Status.Resolved }, BeTrue()),
+			"resolved once the throttle ended")
 	})
 
 	t.Run("findings made during an apiserver outage survive a restart and arrive once", func(t *testing.T) {
