@@ -113,6 +113,12 @@ func queriesReadMetrics(t *testing.T, g Gomega) {
 		"Time to repair (7d)/B": "the loaded histogram does not grow",
 		"Time to repair (7d)/C": "the loaded histogram does not grow",
 		"Time to repair (7d)/D": "the loaded histogram does not grow",
+		// The slow-GPU row shows trouble the suite's idle GPUs do not
+		// have when it ends (and the loaded clocks counter does not grow).
+		"Clocks held down/A":                           "the loaded counter does not grow",
+		"Busy GPUs on a PCIe link below its maximum/A": "the suite's GPUs idle",
+		"Busy GPUs on a PCIe link below its maximum/B": "the suite's GPUs idle",
+		"Row remaps pending or failed/A":               "no remap is pending in the suite",
 	}
 	queries, err := promcheck.DashboardQueries()
 	g.Expect(err).NotTo(HaveOccurred())

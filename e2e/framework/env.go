@@ -141,14 +141,17 @@ func GPUUUID(node, device int) string {
 	return fmt.Sprintf("GPU-%08x-%04x-4000-8000-%012x", node, device, node*8+device)
 }
 
-// Scenario is the fake NVML scenario of node i: eight H200s with 18 NVLinks
-// each and a healthy fabric.
+// Scenario is the fake NVML scenario of node i: eight idle H200s with 18
+// NVLinks each and a healthy fabric. Idle as real ones are: the clocks say
+// gpu_idle and the PCIe links have dropped to generation 1, which the
+// slow-GPU checks must take for what it is.
 func Scenario(i int) string {
 	var b strings.Builder
-	b.WriteString("# eight GPUs, 18 NVLinks each, fabric up\n")
+	b.WriteString("# eight idle GPUs, 18 NVLinks each, fabric up\n")
 	for d := range 8 {
 		fmt.Fprintf(&b, "device index=%d uuid=%s pci=0000:%02x:00.0 name=\"NVIDIA H200\" links=18\n", d, GPUUUID(i, d), 0x18+d*0x10)
 		fmt.Fprintf(&b, "fabric device=%d state=completed health=healthy status=success clique=%d cluster=%s\n", d, i/4, strings.ReplaceAll(ClusterUUID, "-", ""))
+		fmt.Fprintf(&b, "clocks device=%d reasons=gpu_idle sm=345\nutil device=%d gpu=0\npcie device=%d gen=1\ntemp device=%d gpu=31 slowdown=87\n", d, d, d, d)
 	}
 	return b.String()
 }

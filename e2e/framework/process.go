@@ -262,14 +262,14 @@ func NewMonitorWith(ctx context.Context, c *Cluster, b Binaries, dir, node, scen
 	}
 	cfg := filepath.Join(nodeDir, "monitor.yaml")
 	// Short intervals so the suite runs in seconds, not minutes.
-	config := "sources: [nvml]\nnvml: {pollInterval: 1s, window: 5s}\npublish: {window: 1s}\n"
+	config := "sources: [nvml]\nnvml: {pollInterval: 1s, window: 5s, performance: {window: 4s}}\npublish: {window: 1s}\n"
 	kmsg := ""
 	if o.KernelLog {
 		kmsg = filepath.Join(nodeDir, "kmsg")
 		if err := os.WriteFile(kmsg, nil, 0o600); err != nil {
 			return nil, err
 		}
-		config = fmt.Sprintf("sources: [nvml, kmsg]\nnvml: {pollInterval: 1s, window: 5s}\nkmsg: {path: %s}\npublish: {window: 1s}\n", kmsg)
+		config = fmt.Sprintf("sources: [nvml, kmsg]\nnvml: {pollInterval: 1s, window: 5s, performance: {window: 4s}}\nkmsg: {path: %s}\npublish: {window: 1s}\n", kmsg)
 	}
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		return nil, err
