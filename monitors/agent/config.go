@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
-	"github.com/gpuhealth/gpuhealth/monitors/nvml"
 	"github.com/gpuhealth/gpuhealth/monitors/pipeline"
+	"github.com/gpuhealth/gpuhealth/monitors/slowgpu"
 )
 
 // Config is the agent's configuration file (YAML). Every field is optional;
@@ -87,9 +87,9 @@ type PerformanceConfig struct {
 	Disable []string `json:"disable,omitempty"`
 }
 
-// Source returns the nvml source's view of the configuration.
-func (p *PerformanceConfig) Source() nvml.Performance {
-	out := nvml.Performance{
+// Source returns the slow-GPU judges' view of the configuration.
+func (p *PerformanceConfig) Source() slowgpu.Config {
+	out := slowgpu.Config{
 		Window: p.Window.Duration, Share: p.Share, BusyUtilization: p.BusyUtilization,
 		PCIeReplayRate: p.PCIeReplayRate, ThermalMargin: p.ThermalMargin, NVLinkSpeedRatio: p.NVLinkSpeedRatio,
 	}
@@ -110,8 +110,8 @@ func (p *PerformanceConfig) validate() []error {
 	if p.PCIeReplayRate < 0 || p.NVLinkSpeedRatio < 0 || p.NVLinkSpeedRatio > 1 {
 		errs = append(errs, errors.New("nvml.performance: pcieReplayRate must not be negative and nvlinkSpeedRatio must be within (0, 1]"))
 	}
-	known := make([]string, 0, len(nvml.PerformanceChecks))
-	for _, c := range nvml.PerformanceChecks {
+	known := make([]string, 0, len(slowgpu.Checks))
+	for _, c := range slowgpu.Checks {
 		known = append(known, string(c))
 	}
 	for _, c := range p.Disable {

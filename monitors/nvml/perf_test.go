@@ -8,34 +8,14 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/monitors"
+	"github.com/gpuhealth/gpuhealth/monitors/slowgpu"
 )
 
-// The slow-GPU checks run against the fake library with a one-second
+// The slow-GPU checks run through go-nvml against the fake library with a one-second
 // window (and a 50 ms poll), so that "half the window" is half a second.
 
-func TestShareCountsTimeHeldWithinTheWindow(t *testing.T) {
-	g := NewWithT(t)
-	t0 := time.Unix(1_700_000_000, 0)
-	var s share
-	at := func(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
-	held, covered := s.add(at(0), true, true, 10*time.Second)
-	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{0, 0}), "one sample says nothing yet")
-	held, covered = s.add(at(4), false, true, 10*time.Second)
-	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{4 * time.Second, 4 * time.Second}), "the state lasts until the next sample")
-	held, covered = s.add(at(6), true, false, 10*time.Second)
-	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{4 * time.Second, 6 * time.Second}))
-	held, covered = s.add(at(9), true, true, 10*time.Second)
-	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{4 * time.Second, 6 * time.Second}), "time after an uncounted sample counts neither way")
-	held, covered = s.add(at(13), true, true, 10*time.Second)
-	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{5 * time.Second, 7 * time.Second}), "the window starts at 3 s: 1 s of the first sample is left")
-	held, covered = s.add(at(30), false, true, 10*time.Second)
-	g.Expect([]time.Duration{held, covered}).To(Equal([]time.Duration{10 * time.Second, 10 * time.Second}), "a long gap holds the last state")
-	held, _ = s.add(at(20), true, true, 10*time.Second)
-	g.Expect(held).To(BeZero(), "a clock that went back starts afresh")
-}
-
 func perfSource() *Source {
-	return &Source{Performance: Performance{Window: time.Second}}
+	return &Source{Performance: slowgpu.Config{Window: time.Second}}
 }
 
 func TestThrottleByHWSlowdownIsReportedAndResolves(t *testing.T) {
@@ -71,9 +51,9 @@ func TestThermalSlowdownAlsoShowsAsViolationTime(t *testing.T) {
 		return r.matching(gpuhealthv1alpha1.CheckThrottled, uuid1, "HW_THERMAL_SLOWDOWN")
 	}, 5*time.Second).ShouldNot(BeEmpty())
 	g.Eventually(func() []monitors.Finding {
-		return r.matching(gpuhealthv1alpha1.CheckThrottled, uuid1, CodeThermalViolation)
+		return r.matching(gpuhealthv1alpha1.CheckThrottled, uuid1, slowgpu.CodeThermalViolation)
 	}, 5*time.Second).ShouldNot(BeEmpty())
-	g.Expect(r.matching(gpuhealthv1alpha1.CheckThrottled, uuid1, CodeReliabilityViolation)).To(BeEmpty())
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckThrottled, uuid1, slowgpu.CodeReliabilityViolation)).To(BeEmpty())
 	g.Expect(stop()).To(Succeed())
 }
 
@@ -86,13 +66,13 @@ func TestPCIeLinkIsJudgedOnlyWhileBusy(t *testing.T) {
 		"pcie device=0 gen=5 width=8\npcie device=0 at=5s\n"+
 		"util device=0 gpu=0\nutil device=0 gpu=95 at=1500ms\nutil device=0 gpu=2 at=3500ms\nutil device=0 gpu=90 at=5s\n", perfSource())
 	width := func() []monitors.Finding {
-		return r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid0, CodePCIeWidth)
+		return r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid0, slowgpu.CodePCIeWidth)
 	}
 	g.Consistently(width, 1200*time.Millisecond).Should(BeEmpty(), "an idle link may slow down")
 	g.Eventually(width, 5*time.Second).ShouldNot(BeEmpty())
 	g.Expect(width()[0].Action).To(Equal(gpuhealthv1alpha1.ActionRebootNode), "a lost lane needs the link retrained")
 	g.Expect(width()[0].Message).To(ContainSubstring("gen 5 x8, below the gen 5 x16"))
-	g.Expect(r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid0, CodePCIeGeneration)).To(BeEmpty(), "the generation is at its maximum")
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid0, slowgpu.CodePCIeGeneration)).To(BeEmpty(), "the generation is at its maximum")
 	time.Sleep(time.Until(startOf(r).Add(4800 * time.Millisecond)))
 	g.Expect(resolutions(width())).To(BeZero(), "idle again: the verdict stands")
 	g.Eventually(func() int { return resolutions(width()) }, 5*time.Second).Should(Equal(1))
@@ -123,12 +103,14 @@ func TestPCIeGenerationDropAndReplays(t *testing.T) {
 	g := NewWithT(t)
 	r, stop := run(t, twoGPUs+"pcie device=1 gen=3 max_gen=5\nutil device=1 gpu=100\npcireplay device=1 rate=20\n", perfSource())
 	g.Eventually(func() []monitors.Finding {
-		return r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid1, CodePCIeGeneration)
+		return r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid1, slowgpu.CodePCIeGeneration)
 	}, 5*time.Second).ShouldNot(BeEmpty())
-	gen := r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid1, CodePCIeGeneration)[0]
+	gen := r.matching(gpuhealthv1alpha1.CheckPCIeDegraded, uuid1, slowgpu.CodePCIeGeneration)[0]
 	g.Expect(gen.Action).To(Equal(gpuhealthv1alpha1.ActionRecertify))
-	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckPCIe, uuid1, CodePCIeReplay) }, 5*time.Second).ShouldNot(BeEmpty())
-	g.Expect(r.matching(gpuhealthv1alpha1.CheckPCIe, uuid1, CodePCIeReplay)[0].Message).To(ContainSubstring("threshold 0.133/s"))
+	g.Eventually(func() []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckPCIe, uuid1, slowgpu.CodePCIeReplay)
+	}, 5*time.Second).ShouldNot(BeEmpty())
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckPCIe, uuid1, slowgpu.CodePCIeReplay)[0].Message).To(ContainSubstring("threshold 0.133/s"))
 	g.Expect(stop()).To(Succeed())
 }
 
@@ -140,19 +122,19 @@ func TestMemoryRepairAndECC(t *testing.T) {
 		"ecc device=1 value=7\necc device=1 value=10 at=500ms\n"+
 		"retired device=0 pending=yes at=300ms\n", perfSource())
 	pending := func() []monitors.Finding {
-		return r.matching(gpuhealthv1alpha1.CheckMemoryRepair, uuid0, CodeRowRemapPending)
+		return r.matching(gpuhealthv1alpha1.CheckMemoryRepair, uuid0, slowgpu.CodeRowRemapPending)
 	}
 	g.Eventually(pending, 5*time.Second).Should(HaveLen(2), "pending, then applied")
 	g.Expect(pending()[0].Action).To(Equal(gpuhealthv1alpha1.ActionResetGPU))
 	g.Expect(pending()[1].Resolved).To(BeTrue())
-	failure := r.matching(gpuhealthv1alpha1.CheckMemoryRepair, uuid1, CodeRowRemapFailure)
+	failure := r.matching(gpuhealthv1alpha1.CheckMemoryRepair, uuid1, slowgpu.CodeRowRemapFailure)
 	g.Expect(failure).To(HaveLen(1))
 	g.Expect(failure[0].Severity).To(Equal(gpuhealthv1alpha1.SeverityFatal))
 	g.Expect(failure[0].Action).To(Equal(gpuhealthv1alpha1.ActionContactSupport))
-	ecc := r.matching(gpuhealthv1alpha1.CheckECC, uuid1, CodeVolatileUncorrected)
+	ecc := r.matching(gpuhealthv1alpha1.CheckECC, uuid1, slowgpu.CodeVolatileUncorrected)
 	g.Expect(ecc).To(HaveLen(1), "the count at start is not news; the rise is")
 	g.Expect(ecc[0].Count).To(Equal(int64(3)))
-	g.Expect(r.matching(gpuhealthv1alpha1.CheckMemoryRepair, uuid0, CodeRetiredPagesPending)).To(HaveLen(1))
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckMemoryRepair, uuid0, slowgpu.CodeRetiredPagesPending)).To(HaveLen(1))
 	g.Expect(stop()).To(Succeed())
 }
 
@@ -161,17 +143,17 @@ func TestThermalMarginAndNVLinkSpeed(t *testing.T) {
 	r, stop := run(t, twoGPUs+"temp device=0 gpu=86 slowdown=90\ntemp device=1 gpu=80 slowdown=90\n"+
 		"nvlinkspeed device=1 link=1 mbps=13281\n", perfSource())
 	g.Eventually(func() []monitors.Finding {
-		return r.matching(gpuhealthv1alpha1.CheckThermalMargin, uuid0, CodeSlowdownMargin)
+		return r.matching(gpuhealthv1alpha1.CheckThermalMargin, uuid0, slowgpu.CodeSlowdownMargin)
 	}, 5*time.Second).ShouldNot(BeEmpty())
-	margin := r.matching(gpuhealthv1alpha1.CheckThermalMargin, uuid0, CodeSlowdownMargin)[0]
+	margin := r.matching(gpuhealthv1alpha1.CheckThermalMargin, uuid0, slowgpu.CodeSlowdownMargin)[0]
 	g.Expect(margin.Severity).To(Equal(gpuhealthv1alpha1.SeverityInfo))
 	link := func() []monitors.Finding {
-		return r.matching(gpuhealthv1alpha1.CheckNVLinkDegraded, uuid1+"/link-1", CodeNVLinkSpeed)
+		return r.matching(gpuhealthv1alpha1.CheckNVLinkDegraded, uuid1+"/link-1", slowgpu.CodeNVLinkSpeed)
 	}
 	g.Eventually(link, 5*time.Second).ShouldNot(BeEmpty())
 	g.Expect(link()[0].Message).To(ContainSubstring("13281 MB/s, below the 26562 MB/s"))
-	g.Expect(r.matching(gpuhealthv1alpha1.CheckThermalMargin, uuid1, CodeSlowdownMargin)).To(BeEmpty(), "10°C of margin is enough")
-	g.Expect(r.matching(gpuhealthv1alpha1.CheckNVLinkDegraded, uuid1+"/link-0", CodeNVLinkSpeed)).To(BeEmpty())
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckThermalMargin, uuid1, slowgpu.CodeSlowdownMargin)).To(BeEmpty(), "10°C of margin is enough")
+	g.Expect(r.matching(gpuhealthv1alpha1.CheckNVLinkDegraded, uuid1+"/link-0", slowgpu.CodeNVLinkSpeed)).To(BeEmpty())
 	g.Expect(stop()).To(Succeed())
 }
 

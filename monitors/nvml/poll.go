@@ -34,7 +34,7 @@ func (s *Source) poll(ctx context.Context, report monitors.Reporter) error {
 	tracker := &monitors.Tracker{Repeat: s.Repeat}
 	// A slow-GPU condition that holds is reported again once a judging
 	// window: each report is one more occurrence for a policy's debounce.
-	perfRepeat := s.Performance.withDefaults().Window
+	perfRepeat := s.Performance.Repeat()
 	if s.Repeat > 0 {
 		perfRepeat = min(perfRepeat, s.Repeat)
 	}
@@ -103,10 +103,10 @@ func (s *Source) pollDevice(now, started time.Time, d *device, tracker, perfTrac
 			key := strconv.Itoa(l) + "/" + string(c)
 			r := d.rates[key]
 			if r == nil {
-				r = &rate{}
+				r = &monitors.Rate{}
 				d.rates[key] = r
 			}
-			perSecond, known := r.add(now, v, window)
+			perSecond, known := r.Add(now, v, window)
 			if !known {
 				continue
 			}

@@ -15,6 +15,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/monitors"
+	"github.com/gpuhealth/gpuhealth/monitors/slowgpu"
 )
 
 // Counter is an NVLink error counter the source judges.
@@ -92,7 +93,7 @@ type Source struct {
 	// (monitors.DefaultRepeat when zero).
 	Repeat time.Duration
 	// Performance configures the slow-GPU checks.
-	Performance Performance
+	Performance slowgpu.Config
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// Log receives the source's logs.
@@ -113,7 +114,7 @@ type device struct {
 	pciBus string
 	index  int
 	links  []int
-	rates  map[string]*rate // by link and counter
+	rates  map[string]*monitors.Rate // by link and counter
 	// fabric is false when the GPU has no fabric to watch.
 	fabric          bool
 	fabricCompleted bool
@@ -233,7 +234,7 @@ func (s *Source) discover(lib gonvml.Interface) ([]*device, error) {
 		if ret != gonvml.SUCCESS {
 			return nil, fmt.Errorf("reading UUID of GPU %d: %s", i, lib.ErrorString(ret))
 		}
-		d := &device{handle: h, uuid: uuid, index: i, rates: map[string]*rate{}, fabric: true}
+		d := &device{handle: h, uuid: uuid, index: i, rates: map[string]*monitors.Rate{}, fabric: true}
 		if pci, ret := h.GetPciInfo(); ret == gonvml.SUCCESS {
 			d.pciBus = normalizeBusID(busID(pci.BusId))
 		}

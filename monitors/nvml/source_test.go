@@ -242,3 +242,9 @@ func TestSourceRunsOnceTheDriverArrives(t *testing.T) {
 	g.Eventually(func() []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckXID, uuid1, "79") }, 5*time.Second).Should(HaveLen(1))
 	g.Expect(stop()).To(Succeed())
 }
+
+func TestNormalizeBusID(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(normalizeBusID("00000000:3B:00.0")).To(Equal("0000:3b:00.0"))
+	g.Expect(normalizeBusID("0000:3b:00.0")).To(Equal("0000:3b:00.0"))
+}

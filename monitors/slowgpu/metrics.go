@@ -1,4 +1,4 @@
-package nvml
+package slowgpu
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

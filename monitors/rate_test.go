@@ -1,4 +1,4 @@
-package nvml
+package monitors
 
 import (
 	"testing"
@@ -35,9 +35,9 @@ func TestRate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			var r rate
+			var r Rate
 			for _, s := range tt.steps {
-				got, known := r.add(at(s.at), s.value, time.Minute)
+				got, known := r.Add(at(s.at), s.value, time.Minute)
 				g.Expect(known).To(Equal(s.known), "at %ds", s.at)
 				g.Expect(got).To(BeNumerically("~", s.rate, 0.001), "at %ds", s.at)
 			}
@@ -47,16 +47,10 @@ func TestRate(t *testing.T) {
 
 func TestRateBoundsHistory(t *testing.T) {
 	g := NewWithT(t)
-	var r rate
+	var r Rate
 	t0 := time.Now()
 	for i := range 1000 {
-		r.add(t0.Add(time.Duration(i)*time.Millisecond), uint64(i), time.Hour)
+		r.Add(t0.Add(time.Duration(i)*time.Millisecond), uint64(i), time.Hour)
 	}
 	g.Expect(len(r.samples)).To(BeNumerically("<=", maxSamples))
-}
-
-func TestNormalizeBusID(t *testing.T) {
-	g := NewWithT(t)
-	g.Expect(normalizeBusID("00000000:3B:00.0")).To(Equal("0000:3b:00.0"))
-	g.Expect(normalizeBusID("0000:3b:00.0")).To(Equal("0000:3b:00.0"))
 }

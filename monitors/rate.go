@@ -1,12 +1,12 @@
-package nvml
+package monitors
 
 import "time"
 
-// rate tracks one cumulative counter and answers its rate per second over a
+// Rate tracks one cumulative counter and answers its rate per second over a
 // sliding window. A counter that goes down was reset (a driver reload, a
 // reset of the NVLink counters) or wrapped; either way the increase across
 // that sample is unknown, so the history restarts from it.
-type rate struct {
+type Rate struct {
 	samples []sample
 }
 
@@ -18,10 +18,10 @@ type sample struct {
 // maxSamples bounds the history: a 60 s window polled every second.
 const maxSamples = 64
 
-// add records value at time at and returns the rate per second over the
+// Add records value at time at and returns the rate per second over the
 // samples within window before it, and whether there were enough samples
 // (two at least) to say.
-func (r *rate) add(at time.Time, value uint64, window time.Duration) (float64, bool) {
+func (r *Rate) Add(at time.Time, value uint64, window time.Duration) (float64, bool) {
 	if n := len(r.samples); n > 0 && value < r.samples[n-1].value {
 		r.samples = r.samples[:0]
 	}
@@ -47,9 +47,9 @@ func (r *rate) add(at time.Time, value uint64, window time.Duration) (float64, b
 	return float64(last.value-first.value) / span, true
 }
 
-// increase is how much the counter rose across the samples kept: over the
+// Increase is how much the counter rose across the samples kept: over the
 // last window, or since the history (re)started when that is shorter.
-func (r *rate) increase() uint64 {
+func (r *Rate) Increase() uint64 {
 	if len(r.samples) < 2 {
 		return 0
 	}
