@@ -99,16 +99,16 @@ func (p *PerformanceConfig) Source() slowgpu.Config {
 	return out
 }
 
-func (p *PerformanceConfig) validate() []error {
+func (p *PerformanceConfig) validate(at string) []error {
 	var errs []error
 	if p.Share < 0 || p.Share > 1 {
-		errs = append(errs, fmt.Errorf("nvml.performance.share: %g is not within (0, 1]", p.Share))
+		errs = append(errs, fmt.Errorf("%s.share: %g is not within (0, 1]", at, p.Share))
 	}
 	if p.BusyUtilization > 100 {
-		errs = append(errs, fmt.Errorf("nvml.performance.busyUtilization: %d is not a percentage", p.BusyUtilization))
+		errs = append(errs, fmt.Errorf("%s.busyUtilization: %d is not a percentage", at, p.BusyUtilization))
 	}
 	if p.PCIeReplayRate < 0 || p.NVLinkSpeedRatio < 0 || p.NVLinkSpeedRatio > 1 {
-		errs = append(errs, errors.New("nvml.performance: pcieReplayRate must not be negative and nvlinkSpeedRatio must be within (0, 1]"))
+		errs = append(errs, fmt.Errorf("%s: pcieReplayRate must not be negative and nvlinkSpeedRatio must be within (0, 1]", at))
 	}
 	known := make([]string, 0, len(slowgpu.Checks))
 	for _, c := range slowgpu.Checks {
@@ -116,7 +116,7 @@ func (p *PerformanceConfig) validate() []error {
 	}
 	for _, c := range p.Disable {
 		if !slices.Contains(known, c) {
-			errs = append(errs, fmt.Errorf("nvml.performance.disable: unknown check %q (known: %s)", c, strings.Join(known, ", ")))
+			errs = append(errs, fmt.Errorf("%s.disable: unknown check %q (known: %s)", at, c, strings.Join(known, ", ")))
 		}
 	}
 	return errs
@@ -131,6 +131,9 @@ type DCGMConfig struct {
 	Address string `json:"address,omitempty"`
 	// PollInterval for fields and health checks (default 10s).
 	PollInterval metav1.Duration `json:"pollInterval,omitempty"`
+	// Performance configures the slow-GPU checks on DCGM's fields, as
+	// nvml.performance does on NVML's.
+	Performance PerformanceConfig `json:"performance,omitempty"`
 }
 
 // KmsgConfig configures the kmsg source.
@@ -231,7 +234,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("nvml.thresholds: unknown counter %q (known: CRC_FLIT, CRC_DATA, REPLAY, RECOVERY)", k))
 		}
 	}
-	errs = append(errs, c.NVML.Performance.validate()...)
+	errs = append(errs, c.NVML.Performance.validate("nvml.performance")...)
+	errs = append(errs, c.DCGM.Performance.validate("dcgm.performance")...)
 	if m := c.DCGM.Mode; m != "" && m != "embedded" && m != "standalone" {
 		errs = append(errs, fmt.Errorf("dcgm.mode: %q is neither embedded nor standalone", m))
 	}
@@ -242,7 +246,8 @@ func (c *Config) Validate() error {
 		"nvml.pollInterval": c.NVML.PollInterval, "nvml.window": c.NVML.Window, "nvml.fabricGrace": c.NVML.FabricGrace,
 		"dcgm.pollInterval": c.DCGM.PollInterval, "imex.interval": c.IMEX.Interval, "imex.timeout": c.IMEX.Timeout,
 		"imex.startupGrace": c.IMEX.StartupGrace, "nvml.performance.window": c.NVML.Performance.Window,
-		"publish.window": c.Publish.Window,
+		"dcgm.performance.window": c.DCGM.Performance.Window,
+		"publish.window":          c.Publish.Window,
 	} {
 		if d.Duration < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", name))

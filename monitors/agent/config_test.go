@@ -52,6 +52,7 @@ nvml: {performance: {window: 10m, share: 0.8, busyUtilization: 50, pcieReplayRat
 		}},
 		{name: "an unknown slow-GPU check is named", yaml: "nvml: {performance: {disable: [Slow]}}", wantErr: `unknown check "Slow"`},
 		{name: "a share is a part of the window", yaml: "nvml: {performance: {share: 1.5}}", wantErr: "nvml.performance.share: 1.5"},
+		{name: "the DCGM source's slow-GPU checks are checked alike", yaml: "dcgm: {performance: {busyUtilization: 120}}", wantErr: "dcgm.performance.busyUtilization: 120"},
 		{name: "an unknown counter is named", yaml: "nvml: {thresholds: {CRC: 1}}", wantErr: `unknown counter "CRC"`},
 		{name: "standalone DCGM needs an address", yaml: "dcgm: {mode: standalone}", wantErr: "dcgm.address: required"},
 		{name: "a debounce rule needs a window", yaml: "debounce: [{check: XID, occurrences: 3}]", wantErr: "debounce[0]"},

@@ -86,6 +86,7 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 				Mode:         dcgm.Mode(cfg.DCGM.Mode),
 				Address:      cfg.DCGM.Address,
 				PollInterval: cfg.DCGM.PollInterval.Duration,
+				Performance:  cfg.DCGM.Performance.Source(),
 				Log:          deps.log.WithName("dcgm"),
 			})
 		case "imex":

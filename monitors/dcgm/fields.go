@@ -35,7 +35,59 @@ const (
 	// recover from a fault (NVML's nvmlDeviceGpuRecoveryAction_t): see the
 	// recoveryAction constants.
 	FieldGPURecoveryAction Field = 1523
+
+	// The slow-GPU signals (monitors/slowgpu), the DCGM equivalents of what
+	// the nvml source reads.
+
+	// FieldSMClock is the SM clock in MHz.
+	FieldSMClock Field = 100
+	// FieldClocksEventReasons is the clocks event reasons bitmask
+	// (DCGM_CLOCKS_EVENT_REASON_*, NVML's bits).
+	FieldClocksEventReasons Field = 112
+	// FieldMaxSMClock is the maximum SM clock in MHz.
+	FieldMaxSMClock Field = 113
+	// FieldGPUTemp is the GPU temperature in °C.
+	FieldGPUTemp Field = 150
+	// FieldSlowdownTemp is the GPU's slowdown temperature in °C.
+	FieldSlowdownTemp Field = 158
+	// FieldPCIeReplayCounter is the PCIe replay counter (cumulative).
+	FieldPCIeReplayCounter Field = 202
+	// FieldGPUUtil is the GPU utilisation in percent.
+	FieldGPUUtil Field = 203
+	// FieldPCIeMaxLinkGen, FieldPCIeMaxLinkWidth, FieldPCIeLinkGen and
+	// FieldPCIeLinkWidth are the PCIe link at most and now.
+	FieldPCIeMaxLinkGen   Field = 235
+	FieldPCIeMaxLinkWidth Field = 236
+	FieldPCIeLinkGen      Field = 237
+	FieldPCIeLinkWidth    Field = 238
+	// FieldPowerViolation, FieldThermalViolation and
+	// FieldReliabilityViolation are the cumulative violation times in ns.
+	FieldPowerViolation       Field = 240
+	FieldThermalViolation     Field = 241
+	FieldReliabilityViolation Field = 245
+	// FieldECCDBEVolatileTotal is the volatile double-bit (uncorrected)
+	// ECC count.
+	FieldECCDBEVolatileTotal Field = 311
+	// FieldRetiredPending is 1 while pages wait for retirement.
+	FieldRetiredPending Field = 392
+	// FieldRowRemapUncorrectable and FieldRowRemapCorrectable are the rows
+	// remapped for uncorrectable and correctable errors.
+	FieldRowRemapUncorrectable Field = 393
+	FieldRowRemapCorrectable   Field = 394
+	// FieldRowRemapFailed is 1 when a row remap failed; FieldRowRemapPending
+	// is 1 while a remap waits for a GPU reset.
+	FieldRowRemapFailed  Field = 395
+	FieldRowRemapPending Field = 396
 )
+
+// perfFields are the slow-GPU signals read each poll.
+var perfFields = []Field{
+	FieldSMClock, FieldClocksEventReasons, FieldMaxSMClock, FieldGPUTemp, FieldSlowdownTemp,
+	FieldPCIeReplayCounter, FieldGPUUtil, FieldPCIeMaxLinkGen, FieldPCIeMaxLinkWidth, FieldPCIeLinkGen,
+	FieldPCIeLinkWidth, FieldPowerViolation, FieldThermalViolation, FieldReliabilityViolation,
+	FieldECCDBEVolatileTotal, FieldRetiredPending, FieldRowRemapUncorrectable, FieldRowRemapCorrectable,
+	FieldRowRemapFailed, FieldRowRemapPending,
+}
 
 // fieldNames are the DCGM names of the fields above; a finding's code uses them.
 var fieldNames = map[Field]string{
@@ -66,8 +118,8 @@ var nvlinkTotals = []Field{
 }
 
 // gpuFields are the per-GPU fields the source watches and reads each poll:
-// the NVLink totals and the GPU recovery action.
-var gpuFields = append(append([]Field(nil), nvlinkTotals...), FieldGPURecoveryAction)
+// the NVLink totals, the GPU recovery action and the slow-GPU signals.
+var gpuFields = append(append(append([]Field(nil), nvlinkTotals...), FieldGPURecoveryAction), perfFields...)
 
 // imexFields are the global IMEX status fields.
 var imexFields = []Field{FieldIMEXDomainStatus, FieldIMEXDaemonStatus}

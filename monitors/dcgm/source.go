@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/monitors"
+	"github.com/gpuhealth/gpuhealth/monitors/slowgpu"
 )
 
 // Defaults for Source's fields.
@@ -106,6 +108,8 @@ type Source struct {
 	MaxPollFailures int
 	// NewClient connects to DCGM. Nil means Connect (go-dcgm).
 	NewClient NewClientFunc
+	// Performance configures the slow-GPU checks the DCGM fields feed.
+	Performance slowgpu.Config
 	// Clock is the clock polls and rates use. Nil means the real clock.
 	Clock clock.WithTicker
 	// Log receives the source's logs; the zero Logger discards them.
@@ -127,6 +131,7 @@ type settings struct {
 	maxPollFailures int
 	newClient       NewClientFunc
 	clock           clock.WithTicker
+	performance     slowgpu.Config
 }
 
 // settings applies the defaults and checks the fields.
@@ -139,6 +144,7 @@ func (s *Source) settings() (settings, error) {
 		maxPollFailures: s.MaxPollFailures,
 		newClient:       s.NewClient,
 		clock:           s.Clock,
+		performance:     s.Performance,
 	}
 	if st.poll <= 0 {
 		st.poll = DefaultPollInterval
@@ -256,6 +262,8 @@ func newRun(st settings, client Client, report monitors.Reporter, log logr.Logge
 		windows:    map[windowKey]*counterWindow{},
 		recovery:   map[uint]recoveryAction{},
 		dropped:    client.DroppedViolations(),
+		judges:     map[uint]*slowgpu.Judge{},
+		perf:       &monitors.Tracker{Repeat: min(st.performance.Repeat(), st.repeat)},
 	}, nil
 }
 
@@ -310,6 +318,10 @@ type run struct {
 	dropped uint64
 	// failedPolls counts polls in a row in which every call failed.
 	failedPolls int
+	// judges are the slow-GPU judges by GPU id, and perf the conditions
+	// they hold.
+	judges map[uint]*slowgpu.Judge
+	perf   *monitors.Tracker
 }
 
 // violation reports one policy violation as an event.
@@ -391,6 +403,7 @@ func (r *run) pollGPU(gpu uint, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	r.judgeSlowGPU(gpu, now, values)
 	for _, v := range values {
 		if v.Field == FieldGPURecoveryAction {
 			if v.Valid {
@@ -439,6 +452,72 @@ func (r *run) pollGPU(gpu uint, now time.Time) error {
 			v.Field, res.rate, res.span.Round(time.Second), gpu, limit), now, r.report)
 	}
 	return nil
+}
+
+// judgeSlowGPU hands the GPU's slow-GPU fields to its judge. A field DCGM
+// has no value for (not supported on this GPU, not watched yet) leaves its
+// signal unread.
+func (r *run) judgeSlowGPU(gpu uint, now time.Time, values []FieldValue) {
+	f := map[Field]int64{}
+	for _, v := range values {
+		if v.Valid {
+			f[v.Field] = v.Int
+		}
+	}
+	has := func(fields ...Field) bool {
+		for _, x := range fields {
+			if _, ok := f[x]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	u32 := func(x Field) uint32 { return uint32(max(0, min(f[x], math.MaxUint32))) }
+	u64 := func(x Field) *uint64 { v := uint64(max(0, f[x])); return &v }
+	var rd slowgpu.Reading
+	if has(FieldClocksEventReasons) {
+		rd.Clocks = &slowgpu.Clocks{Reasons: uint64(f[FieldClocksEventReasons]), SM: u32(FieldSMClock), SMMax: u32(FieldMaxSMClock)}
+	}
+	for field, p := range map[Field]slowgpu.Policy{FieldPowerViolation: slowgpu.PolicyPower, FieldThermalViolation: slowgpu.PolicyThermal, FieldReliabilityViolation: slowgpu.PolicyReliability} {
+		if has(field) {
+			if rd.Violations == nil {
+				rd.Violations = map[slowgpu.Policy]time.Duration{}
+			}
+			rd.Violations[p] = time.Duration(max(0, f[field]))
+		}
+	}
+	if has(FieldPCIeLinkGen, FieldPCIeLinkWidth, FieldPCIeMaxLinkGen, FieldPCIeMaxLinkWidth, FieldGPUUtil) {
+		rd.PCIe = &slowgpu.PCIe{
+			Generation: int(u32(FieldPCIeLinkGen)), Width: int(u32(FieldPCIeLinkWidth)),
+			MaxGeneration: int(u32(FieldPCIeMaxLinkGen)), MaxWidth: int(u32(FieldPCIeMaxLinkWidth)),
+			Utilization: u32(FieldGPUUtil),
+		}
+	}
+	if has(FieldPCIeReplayCounter) {
+		rd.Replays = u64(FieldPCIeReplayCounter)
+	}
+	if has(FieldRowRemapPending, FieldRowRemapFailed) {
+		rd.Remap = &slowgpu.Remap{
+			Correctable: int(u32(FieldRowRemapCorrectable)), Uncorrectable: int(u32(FieldRowRemapUncorrectable)),
+			Pending: f[FieldRowRemapPending] != 0, Failed: f[FieldRowRemapFailed] != 0,
+		}
+	}
+	if has(FieldRetiredPending) {
+		p := f[FieldRetiredPending] != 0
+		rd.RetiredPending = &p
+	}
+	if has(FieldECCDBEVolatileTotal) {
+		rd.VolatileUncorrected = u64(FieldECCDBEVolatileTotal)
+	}
+	if has(FieldGPUTemp, FieldSlowdownTemp) {
+		rd.Temperature = &slowgpu.Temperature{GPU: u32(FieldGPUTemp), Slowdown: u32(FieldSlowdownTemp)}
+	}
+	j := r.judges[gpu]
+	if j == nil {
+		j = &slowgpu.Judge{Source: gpuhealthv1alpha1.SourceDCGM, Index: int(gpu), UUID: r.ids.component(gpu), Config: r.performance}
+		r.judges[gpu] = j
+	}
+	j.Observe(now, rd, r.perf, r.report)
 }
 
 // pollIMEX judges the IMEX domain and daemon status fields. A field without

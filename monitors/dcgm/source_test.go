@@ -629,8 +629,14 @@ func TestRun(t *testing.T) {
 
 // wantGPUFields are the per-GPU fields the source watches, by DCGM's ids
 // (dcgm_fields.h): the NVLink CRC flit, CRC data, replay and recovery error
-// totals, and DCGM_FI_DEV_GPU_RECOVERY_ACTION.
-var wantGPUFields = []Field{409, 419, 429, 439, 1523}
+// totals, DCGM_FI_DEV_GPU_RECOVERY_ACTION, and the slow-GPU signals: SM
+// clock (100), clocks event reasons (112), max SM clock (113), GPU and
+// slowdown temperature (150, 158), PCIe replays (202), GPU utilisation
+// (203), PCIe max and current generation and width (235-238), power,
+// thermal and reliability violation (240, 241, 245), volatile DBE total
+// (311), pages pending retirement (392) and the row remap counts and flags
+// (393-396).
+var wantGPUFields = []Field{409, 419, 429, 439, 1523, 100, 112, 113, 150, 158, 202, 203, 235, 236, 237, 238, 240, 241, 245, 311, 392, 393, 394, 395, 396}
 
 // wantHealthSystems are the health watches the source enables, by DCGM's
 // bits (dcgmHealthSystems_t in dcgm_structs.h): PCIe 0x1, NVLink 0x2, memory
