@@ -22,10 +22,7 @@ func newFindingsCommand(g *globals) *cobra.Command {
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: completeNodeHealths(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
-				return err
-			}
-			c, err := g.client()
+			c, err := g.reader(out)
 			if err != nil {
 				return err
 			}

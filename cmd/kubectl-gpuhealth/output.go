@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
 
@@ -36,6 +37,15 @@ func (o *outputFlag) validate() error {
 		}
 	}
 	return fmt.Errorf("unknown output format %q: use one of %s, or none for a table", o.value, strings.Join(o.allowed, ", "))
+}
+
+// reader checks the output flag and returns a client: how every
+// read-only command starts.
+func (g *globals) reader(out *outputFlag) (client.Client, error) {
+	if err := out.validate(); err != nil {
+		return nil, err
+	}
+	return g.client()
 }
 
 func (o *outputFlag) wide() bool { return o.value == "wide" }
@@ -68,8 +78,14 @@ type table struct {
 	rows [][]string
 }
 
+// newTable starts a table with a header row; with no headers it is a
+// list of key-value rows.
 func newTable(w io.Writer, headers ...string) *table {
-	return &table{w: w, rows: [][]string{headers}}
+	t := &table{w: w}
+	if len(headers) > 0 {
+		t.rows = [][]string{headers}
+	}
+	return t
 }
 
 func (t *table) row(cells ...string) { t.rows = append(t.rows, cells) }

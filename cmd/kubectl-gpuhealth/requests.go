@@ -50,56 +50,42 @@ func addRequestFlags(cmd *cobra.Command, reasonRequired bool) *requestFlags {
 	return r
 }
 
-func newReleaseCommand(g *globals) *cobra.Command {
-	var r *requestFlags
-	var w *writeFlags
-	cmd := &cobra.Command{
-		Use:               "release NODE --reason REASON [--id TICKET]",
-		Short:             "Return a node to service without recertification (audited)",
-		Example:           `  kubectl gpuhealth release gpu-node-7 --reason "false alarm, DCGM diag clean by hand" --id INC-1234 --wait`,
-		Args:              exactlyOneNode,
-		ValidArgsFunction: completeNodeHealths(g),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.request(cmd.Context(), args[0], gpuhealthv1alpha1.RequestRelease, r, w)
-		},
-	}
-	r = addRequestFlags(cmd, true)
-	w = addWriteFlags(cmd)
-	return cmd
+// requestCommand is one of the commands that write a manual request.
+type requestCommand struct {
+	action  gpuhealthv1alpha1.RequestAction
+	use     string
+	short   string
+	example string
+	// audited requests need a --reason.
+	audited bool
 }
 
-func newRecertifyCommand(g *globals) *cobra.Command {
-	var r *requestFlags
-	var w *writeFlags
-	cmd := &cobra.Command{
-		Use:               "recertify NODE [--id ID] [--reason REASON]",
-		Short:             "Recertify a node now (drained first where it is not empty)",
-		Example:           `  kubectl gpuhealth recertify gpu-node-7 --id after-riser-swap --wait`,
-		Args:              exactlyOneNode,
-		ValidArgsFunction: completeNodeHealths(g),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.request(cmd.Context(), args[0], gpuhealthv1alpha1.RequestRecertify, r, w)
-		},
-	}
-	r = addRequestFlags(cmd, false)
-	w = addWriteFlags(cmd)
-	return cmd
+var requestCommands = []requestCommand{
+	{gpuhealthv1alpha1.RequestRelease, "release NODE --reason REASON [--id TICKET]",
+		"Return a node to service without recertification (audited)",
+		`  kubectl gpuhealth release gpu-node-7 --reason "false alarm, DCGM diag clean by hand" --id INC-1234 --wait`, true},
+	{gpuhealthv1alpha1.RequestRecertify, "recertify NODE [--id ID] [--reason REASON]",
+		"Recertify a node now (drained first where it is not empty)",
+		`  kubectl gpuhealth recertify gpu-node-7 --id after-riser-swap --wait`, false},
+	{gpuhealthv1alpha1.RequestMaintenance, "maintenance NODE --reason REASON [--id TICKET]",
+		"Take a Healthy node out for planned maintenance (audited)",
+		`  kubectl gpuhealth maintenance gpu-node-7 --reason "BMC firmware" --id CHG-77`, true},
 }
 
-func newMaintenanceCommand(g *globals) *cobra.Command {
+func newRequestCommand(g *globals, rc requestCommand) *cobra.Command {
 	var r *requestFlags
 	var w *writeFlags
 	cmd := &cobra.Command{
-		Use:               "maintenance NODE --reason REASON [--id TICKET]",
-		Short:             "Take a Healthy node out for planned maintenance (audited)",
-		Example:           `  kubectl gpuhealth maintenance gpu-node-7 --reason "BMC firmware" --id CHG-77`,
+		Use:               rc.use,
+		Short:             rc.short,
+		Example:           rc.example,
 		Args:              exactlyOneNode,
 		ValidArgsFunction: completeNodeHealths(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.request(cmd.Context(), args[0], gpuhealthv1alpha1.RequestMaintenance, r, w)
+			return g.request(cmd.Context(), args[0], rc.action, r, w)
 		},
 	}
-	r = addRequestFlags(cmd, true)
+	r = addRequestFlags(cmd, rc.audited)
 	w = addWriteFlags(cmd)
 	return cmd
 }
@@ -128,10 +114,20 @@ func effect(action gpuhealthv1alpha1.RequestAction, phase gpuhealthv1alpha1.Node
 	}
 }
 
+// audited says whether a request action needs a reason.
+func audited(action gpuhealthv1alpha1.RequestAction) bool {
+	for _, rc := range requestCommands {
+		if rc.action == action {
+			return rc.audited
+		}
+	}
+	return false
+}
+
 // request writes a manual request into a NodeHealth's spec, after saying
 // what it changes, and waits for the operator's acknowledgement.
 func (g *globals) request(ctx context.Context, node string, action gpuhealthv1alpha1.RequestAction, r *requestFlags, w *writeFlags) error {
-	if (action == gpuhealthv1alpha1.RequestRelease || action == gpuhealthv1alpha1.RequestMaintenance) && r.reason == "" {
+	if audited(action) && r.reason == "" {
 		return fmt.Errorf("a %s is audited: give a --reason", action)
 	}
 	c, err := g.client()

@@ -95,13 +95,11 @@ says what it changes and what the operator will do.`,
 		SilenceErrors: true,
 	}
 	g.config.AddFlags(root.PersistentFlags())
+	root.AddCommand(newStatusCommand(g), newStoryCommand(g), newFindingsCommand(g))
+	for _, rc := range requestCommands {
+		root.AddCommand(newRequestCommand(g, rc))
+	}
 	root.AddCommand(
-		newStatusCommand(g),
-		newStoryCommand(g),
-		newFindingsCommand(g),
-		newReleaseCommand(g),
-		newRecertifyCommand(g),
-		newMaintenanceCommand(g),
 		newFlagCommand(g, flagHold, true),
 		newFlagCommand(g, flagHold, false),
 		newFlagCommand(g, flagExclude, true),

@@ -80,10 +80,7 @@ func newStatusCommand(g *globals) *cobra.Command {
   kubectl gpuhealth status -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
-				return err
-			}
-			c, err := g.client()
+			c, err := g.reader(out)
 			if err != nil {
 				return err
 			}
@@ -203,20 +200,45 @@ func degradedCliques(events []gpuhealthv1alpha1.NodeHealthEvent, labels map[stri
 	return out
 }
 
+// phaseColumn is a column of node counts: the nodes in any of phases.
+type phaseColumn struct {
+	header string
+	phases []gpuhealthv1alpha1.NodeHealthPhase
+}
+
+// phaseColumns are one column per phase when wide; otherwise Healthy,
+// the phases between (OUT OF SERVICE) and Failed.
+func phaseColumns(wide bool) []phaseColumn {
+	var out []phaseColumn
+	if wide {
+		for _, p := range phases {
+			out = append(out, phaseColumn{strings.ToUpper(string(p)), []gpuhealthv1alpha1.NodeHealthPhase{p}})
+		}
+		return out
+	}
+	between := phaseColumn{header: "OUT OF SERVICE"}
+	for _, p := range phases {
+		if p != gpuhealthv1alpha1.PhaseHealthy && p != gpuhealthv1alpha1.PhaseFailed {
+			between.phases = append(between.phases, p)
+		}
+	}
+	return []phaseColumn{
+		{"HEALTHY", []gpuhealthv1alpha1.NodeHealthPhase{gpuhealthv1alpha1.PhaseHealthy}},
+		between,
+		{"FAILED", []gpuhealthv1alpha1.NodeHealthPhase{gpuhealthv1alpha1.PhaseFailed}},
+	}
+}
+
 func printStatus(g *globals, st *FleetStatus, wide bool) error {
 	now := g.now()
 	w := g.streams.Out
 	if len(st.Policies) == 0 {
 		fmt.Fprintln(w, "No RemediationPolicy: gpuhealth manages no node. Install one (the chart's default policy, or kubectl apply a RemediationPolicy).")
 	} else {
+		columns := phaseColumns(wide)
 		headers := []string{"POLICY", "MANAGED"}
-		for _, p := range phases {
-			if wide || p == gpuhealthv1alpha1.PhaseHealthy || p == gpuhealthv1alpha1.PhaseFailed {
-				headers = append(headers, strings.ToUpper(string(p)))
-			}
-		}
-		if !wide {
-			headers = append(headers[:3], append([]string{"OUT OF SERVICE"}, headers[3:]...)...)
+		for _, c := range columns {
+			headers = append(headers, c.header)
 		}
 		headers = append(headers, "BUDGET", "WAITING", "BREAKER")
 		if wide {
@@ -228,18 +250,12 @@ func printStatus(g *globals, st *FleetStatus, wide bool) error {
 			if p.NotCounted {
 				row[1] = "<not counted>"
 			}
-			out := int32(0)
-			for _, ph := range phases {
-				n := p.Phases[ph]
-				if ph != gpuhealthv1alpha1.PhaseHealthy && ph != gpuhealthv1alpha1.PhaseFailed {
-					out += n
+			for _, c := range columns {
+				n := int32(0)
+				for _, ph := range c.phases {
+					n += p.Phases[ph]
 				}
-				if wide || ph == gpuhealthv1alpha1.PhaseHealthy || ph == gpuhealthv1alpha1.PhaseFailed {
-					row = append(row, strconv.Itoa(int(n)))
-				}
-			}
-			if !wide {
-				row = append(row[:3], append([]string{strconv.Itoa(int(out))}, row[3:]...)...)
+				row = append(row, strconv.Itoa(int(n)))
 			}
 			budget, waiting := "<none>", "0"
 			if p.Budget != nil {

@@ -80,10 +80,7 @@ func newStoryCommand(g *globals) *cobra.Command {
 		Args:              exactlyOneNode,
 		ValidArgsFunction: completeNodeHealths(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
-				return err
-			}
-			c, err := g.client()
+			c, err := g.reader(out)
 			if err != nil {
 				return err
 			}
@@ -370,7 +367,6 @@ func printStory(w io.Writer, now time.Time, s *Story) error {
 	nh := s.NodeHealth
 	st := &nh.Status
 	kv := newTable(w)
-	kv.rows = nil
 	kv.row("Node:", s.Node)
 	kv.row("Policy:", orNone(s.Policy))
 	phase := orNone(string(st.Phase))
