@@ -127,6 +127,7 @@ type Reconciler struct {
 	// budgetMu serialises budget decisions within this process (the
 	// operator is leader-elected, so this process is the only one deciding).
 	budgetMu   sync.Mutex
+	recent     *recentList // guarded by budgetMu
 	storm      *stormGate
 	fleetCache *fleetCache
 	expect     *expectations
@@ -406,6 +407,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			reserved = false
 		}
 	}
+	locked := false
 	if p.confirmBudget {
 		// A drain decided from the cache's count is counted again from the
 		// apiserver, and written, inside one lock, so two nodes never take
@@ -418,7 +420,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{RequeueAfter: budgetLockRetry, Priority: ptr.To(normalPriority)}, nil
 		}
 		defer r.budgetMu.Unlock()
+		locked = true
 		o.budgets = r.countBudgets(ctx, o, true)
+		if o.budgets.fromRecentList && (o.budgets.err != nil || len(o.budgets.blocked) > 0) {
+			// A refusal is decided on a fresh list only.
+			r.recent = nil
+			o.budgets = r.countBudgets(ctx, o, true)
+		}
 		p = decide(o)
 	}
 	if p.terminal {
@@ -439,6 +447,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return result(p), nil
 	}
 	written, err := r.record(ctx, o, p)
+	if written && locked {
+		r.wroteUnderBudgetLock(o.nh.Name, p.status.Phase)
+	}
 	if !written && !fenced {
 		undo()
 	}

@@ -89,6 +89,9 @@ type budgetCount struct {
 	// fromAPIServer is true when the NodeHealths were read from the
 	// apiserver, not the cache: a drain is only started on such a count.
 	fromAPIServer bool
+	// fromRecentList is true when that read was the recent list with this
+	// process's writes laid over it (see recentList), not a fresh list.
+	fromRecentList bool
 }
 
 // drainPass is what one pass of the Drainer did and found. The drain is the

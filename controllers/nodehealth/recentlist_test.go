@@ -1,0 +1,65 @@
+package nodehealth
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+)
+
+// listCounter counts the NodeHealth lists made through it.
+type listCounter struct {
+	client.Reader
+	lists atomic.Int32
+}
+
+func (c *listCounter) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*gpuhealthv1alpha1.NodeHealthList); ok {
+		c.lists.Add(1)
+	}
+	return c.Reader.List(ctx, list, opts...)
+}
+
+// TestAdmissionsShareOneListAndNeverOverrun: five nodes fail at once under
+// a budget of three. The three drains admitted one after another reuse one
+// list of the NodeHealths from the apiserver (with the phases written since
+// laid over it), where each listed before; the other two are refused on the
+// first count (this harness reads without a cache, so that count is
+// current); exactly three nodes take the budget.
+func TestAdmissionsShareOneListAndNeverOverrun(t *testing.T) {
+	h := newHarness(t)
+	counter := &listCounter{Reader: h.r.APIReader}
+	h.r.APIReader = counter
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(3))
+		s.Recertification.Job = jobTemplate()
+		s.CircuitBreaker.Enabled = ptr.To(false)
+	})
+	var names []string
+	for _, suffix := range []string{"a", "b", "c", "d", "e"} {
+		n := h.node(suffix, nil)
+		names = append(names, n.Name)
+		h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79")
+	}
+	for _, n := range names {
+		h.reconcile(n)
+	}
+	out, waiting := 0, 0
+	for _, n := range names {
+		switch h.phase(n) {
+		case gpuhealthv1alpha1.PhaseDraining, gpuhealthv1alpha1.PhaseRecertifying:
+			out++
+		case quarantined:
+			waiting++
+			h.g.Expect(h.nodeHealth(n).Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonWaitingForBudget))
+		}
+	}
+	h.g.Expect(out).To(Equal(3), "the budget's three, not one more")
+	h.g.Expect(waiting).To(Equal(2))
+	h.g.Expect(counter.lists.Load()).To(Equal(int32(1)), "one list for the three admissions (three without the recent list)")
+}
