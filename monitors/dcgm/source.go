@@ -263,7 +263,7 @@ func newRun(st settings, client Client, report monitors.Reporter, log logr.Logge
 		recovery:   map[uint]recoveryAction{},
 		dropped:    client.DroppedViolations(),
 		judges:     map[uint]*slowgpu.Judge{},
-		perf:       &monitors.Tracker{Repeat: min(st.performance.Repeat(), st.repeat)},
+		perf:       &monitors.Tracker{Repeat: st.performance.Repeat(st.repeat)},
 	}, nil
 }
 

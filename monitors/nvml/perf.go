@@ -45,15 +45,6 @@ func (s *Source) turnOff(d *device, signal string) {
 	s.Log.Info("GPU does not report this signal; its check is off for this GPU", "gpu", d.uuid, "signal", signal)
 }
 
-// hasSymbol says whether the loaded NVML library exports name; a library
-// that cannot say (go-nvml's mock) is taken to have it.
-func (s *Source) hasSymbol(name string) bool {
-	if s.lookup == nil {
-		return true
-	}
-	return s.lookup(name) == nil
-}
-
 // pollPerformance reads one GPU's slow-GPU signals and judges them; up
 // lists its NVLinks that are up.
 func (s *Source) pollPerformance(now time.Time, d *device, up []int, tracker *monitors.Tracker, report monitors.Reporter) error {
@@ -91,7 +82,7 @@ func (s *Source) read(d *device, signal string, get func() gonvml.Return) (bool,
 func (s *Source) readClocks(d *device, r *slowgpu.Reading) error {
 	var ck slowgpu.Clocks
 	ok, err := s.read(d, "clocks event reasons", func() (ret gonvml.Return) {
-		if s.hasSymbol("nvmlDeviceGetCurrentClocksEventReasons") {
+		if s.symbols.clocksEventReasons {
 			ck.Reasons, ret = d.handle.GetCurrentClocksEventReasons()
 		} else {
 			ck.Reasons, ret = d.handle.GetCurrentClocksThrottleReasons() // drivers before 535
@@ -140,7 +131,7 @@ func (s *Source) readPCIe(d *device, r *slowgpu.Reading) error {
 		p.Width, _ = d.handle.GetCurrPcieLinkWidth()
 		var ret gonvml.Return
 		p.MaxGeneration, ret = d.handle.GetMaxPcieLinkGeneration()
-		if ret != gonvml.SUCCESS && s.hasSymbol("nvmlDeviceGetGpuMaxPcieLinkGeneration") {
+		if ret != gonvml.SUCCESS && s.symbols.gpuMaxPcieLinkGeneration {
 			p.MaxGeneration, _ = d.handle.GetGpuMaxPcieLinkGeneration()
 		}
 		p.MaxWidth, _ = d.handle.GetMaxPcieLinkWidth()

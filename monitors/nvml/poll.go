@@ -34,11 +34,7 @@ func (s *Source) poll(ctx context.Context, report monitors.Reporter) error {
 	tracker := &monitors.Tracker{Repeat: s.Repeat}
 	// A slow-GPU condition that holds is reported again once a judging
 	// window: each report is one more occurrence for a policy's debounce.
-	perfRepeat := s.Performance.Repeat()
-	if s.Repeat > 0 {
-		perfRepeat = min(perfRepeat, s.Repeat)
-	}
-	perfTracker := &monitors.Tracker{Repeat: perfRepeat}
+	perfTracker := &monitors.Tracker{Repeat: s.Performance.Repeat(s.Repeat)}
 	started := s.clock().Now()
 	ticker := s.clock().NewTicker(interval)
 	defer ticker.Stop()

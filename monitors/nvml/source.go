@@ -69,8 +69,8 @@ const (
 )
 
 // Source is the NVML source. The zero value works with the real library;
-// set Library to use another (tests pass go-nvml's mock or load the fake
-// library through LibraryPath).
+// set Library to use another implementation of go-nvml's interface, or
+// LibraryPath to load another library (the tests load the fake one).
 type Source struct {
 	// Library is the NVML library; nil means gonvml.New with LibraryPath.
 	Library gonvml.Interface
@@ -102,9 +102,31 @@ type Source struct {
 	mu      sync.Mutex
 	devices []*device
 	lost    map[string]bool
-	// lookup says whether the loaded library exports a symbol; nil when
-	// the library cannot say.
-	lookup func(string) error
+	// symbols are the calls newer than the oldest supported driver that
+	// the loaded library has, looked up once at the start.
+	symbols symbols
+}
+
+// symbols says which optional NVML calls the loaded library exports.
+type symbols struct {
+	// clocksEventReasons: nvmlDeviceGetCurrentClocksEventReasons (drivers
+	// from 535; older ones have only …ClocksThrottleReasons).
+	clocksEventReasons bool
+	// gpuMaxPcieLinkGeneration: nvmlDeviceGetGpuMaxPcieLinkGeneration.
+	gpuMaxPcieLinkGeneration bool
+}
+
+// lookupSymbols asks the library which optional calls it has; a library that
+// cannot say is taken to have them all.
+func lookupSymbols(lib gonvml.Interface) symbols {
+	has := func(string) bool { return true }
+	if ext := extensions(lib); ext != nil {
+		has = func(name string) bool { return ext.LookupSymbol(name) == nil }
+	}
+	return symbols{
+		clocksEventReasons:       has("nvmlDeviceGetCurrentClocksEventReasons"),
+		gpuMaxPcieLinkGeneration: has("nvmlDeviceGetGpuMaxPcieLinkGeneration"),
+	}
 }
 
 // device is one GPU as the source knows it.
@@ -171,9 +193,7 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 	// go-nvml binds symbols lazily: calling one the driver lacks aborts the
 	// process, so calls newer than the oldest supported driver are looked
 	// up first.
-	if ext := extensions(lib); ext != nil {
-		s.lookup = ext.LookupSymbol
-	}
+	s.symbols = lookupSymbols(lib)
 	devices, err := s.discover(lib)
 	if err != nil {
 		return err

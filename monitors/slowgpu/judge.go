@@ -217,8 +217,15 @@ type Judge struct {
 
 // Repeat is how often a condition that holds is reported again: once a
 // judging window, so that each report is one more occurrence for a policy
-// rule's debounce.
-func (c Config) Repeat() time.Duration { return c.WithDefaults().Window }
+// rule's debounce, or every general (the source's repeat for its other
+// conditions) where that is shorter; a general of zero is not set.
+func (c Config) Repeat(general time.Duration) time.Duration {
+	window := c.WithDefaults().Window
+	if general > 0 {
+		return min(window, general)
+	}
+	return window
+}
 
 func (j *Judge) finding(check gpuhealthv1alpha1.Check, code string, severity gpuhealthv1alpha1.Severity, action gpuhealthv1alpha1.Action, message string) monitors.Finding {
 	return monitors.Finding{

@@ -24,7 +24,7 @@ func newPoll() *poll {
 	c := Config{Window: 10 * time.Second}
 	return &poll{
 		judge:   &Judge{Source: gpuhealthv1alpha1.SourceNVML, Index: 2, UUID: "GPU-2", Config: c},
-		tracker: &monitors.Tracker{Repeat: c.Repeat()},
+		tracker: &monitors.Tracker{Repeat: c.Repeat(0)},
 		t0:      time.Unix(1_700_000_000, 0),
 	}
 }
@@ -151,4 +151,12 @@ func TestChecksOff(t *testing.T) {
 		p.at(s, Reading{Clocks: &Clocks{Reasons: ReasonHWSlowdown}, Remap: &Remap{Failed: true}})
 	}
 	g.Expect(p.got).To(BeEmpty())
+}
+
+func TestRepeatIsOnceAWindowOrTheSourcesShorterRepeat(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(Config{}.Repeat(0)).To(Equal(DefaultWindow), "unset: the default window")
+	g.Expect(Config{Window: time.Minute}.Repeat(0)).To(Equal(time.Minute))
+	g.Expect(Config{Window: time.Minute}.Repeat(5*time.Minute)).To(Equal(time.Minute), "the window is shorter")
+	g.Expect(Config{Window: time.Minute}.Repeat(20*time.Second)).To(Equal(20*time.Second), "the source repeats more often")
 }
