@@ -5,15 +5,17 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
-	"github.com/gpuhealth/gpuhealth/remediation/fsm"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
@@ -582,8 +584,8 @@ func TestManualRecertifyAndHold(t *testing.T) {
 }
 
 // TestPhaseGaugeFollowsTheNode: every pass publishes the persisted phase
-// (a new leader's first pass too, though it writes nothing), and a node
-// that leaves management or is deleted loses its series.
+// (a new leader's first pass too, though it writes nothing) as one series,
+// and a node that leaves management or is deleted loses it.
 func TestPhaseGaugeFollowsTheNode(t *testing.T) {
 	h := newHarness(t)
 	h.policy(nil)
@@ -593,41 +595,95 @@ func TestPhaseGaugeFollowsTheNode(t *testing.T) {
 	h.reconcile(n.Name)
 	out := h.phase(n.Name)
 	h.g.Expect(out).NotTo(Equal(healthy))
-	gauge := func(p gpuhealthv1alpha1.NodeHealthPhase) float64 {
-		return testutil.ToFloat64(nodePhase.WithLabelValues(n.Name, string(p)))
-	}
-	h.g.Expect(gauge(out)).To(BeEquivalentTo(1))
-	h.g.Expect(gauge(healthy)).To(BeEquivalentTo(0))
+	phases := func() map[string]float64 { return gaugeValues(t, "gpuhealth_nodehealth_phase", n.Name) }
+	h.g.Expect(phases()).To(Equal(map[string]float64{string(out): 1}), "one series, the node's phase")
 
-	// A restart: the series are gone from the new process until its first pass.
+	// A restart: the series is gone from the new process until its first pass.
 	forgetNodeGauges(n.Name)
-	series := testutil.CollectAndCount(nodePhase)
+	h.g.Expect(phases()).To(BeEmpty())
 	h.reconcile(n.Name)
-	h.g.Expect(testutil.CollectAndCount(nodePhase)).To(Equal(series+len(fsm.Phases())), "one series per phase again")
-	h.g.Expect(gauge(h.phase(n.Name))).To(BeEquivalentTo(1))
+	h.g.Expect(phases()).To(Equal(map[string]float64{string(h.phase(n.Name)): 1}))
 
 	// Excluded from management by a human: no phase series.
 	nh := h.nodeHealth(n.Name)
 	nh.Spec.Exclude = true
 	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
-	h.g.Eventually(func() int { h.reconcile(n.Name); return testutil.CollectAndCount(nodePhase) }).Should(Equal(series))
+	h.g.Eventually(func() map[string]float64 { h.reconcile(n.Name); return phases() }).Should(BeEmpty())
 	nh = h.nodeHealth(n.Name)
 	nh.Spec.Exclude = false
 	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
-	h.g.Eventually(func() int { h.reconcile(n.Name); return testutil.CollectAndCount(nodePhase) }).Should(Equal(series + len(fsm.Phases())))
+	h.g.Eventually(func() map[string]float64 { h.reconcile(n.Name); return phases() }).Should(HaveLen(1))
 
 	// Out of management: the policy no longer selects it.
 	node := h.getNode(n.Name)
 	delete(node.Labels, "test")
 	h.g.Expect(k8sClient.Update(h.ctx, node)).To(Succeed())
-	h.g.Eventually(func() int { h.reconcile(n.Name); return testutil.CollectAndCount(nodePhase) }).Should(Equal(series))
+	h.g.Eventually(func() map[string]float64 { h.reconcile(n.Name); return phases() }).Should(BeEmpty())
 
 	// Deleted.
 	node.Labels["test"] = h.label
 	h.g.Expect(k8sClient.Update(h.ctx, node)).To(Succeed())
-	h.g.Eventually(func() int { h.reconcile(n.Name); return testutil.CollectAndCount(nodePhase) }).Should(Equal(series + len(fsm.Phases())))
+	h.g.Eventually(func() map[string]float64 { h.reconcile(n.Name); return phases() }).Should(HaveLen(1))
 	h.g.Expect(k8sClient.Delete(h.ctx, node)).To(Succeed())
-	h.g.Eventually(func() int { h.reconcile(n.Name); return testutil.CollectAndCount(nodePhase) }).Should(Equal(series))
+	h.g.Eventually(func() map[string]float64 { h.reconcile(n.Name); return phases() }).Should(BeEmpty())
+}
+
+// TestConditionGauges: a node's condition gauges are 1 while their
+// condition is True, 0 otherwise.
+func TestConditionGauges(t *testing.T) {
+	g := NewWithT(t)
+	nh := &gpuhealthv1alpha1.NodeHealth{}
+	nh.Name = "gauge-conditions"
+	nh.Status.Phase = gpuhealthv1alpha1.PhaseDraining
+	defer forgetNodeGauges(nh.Name)
+	nodeGauges(nh)
+	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_drain_timed_out", nh.Name)).To(Equal(map[string]float64{"": 0}))
+	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_dead_member_listed", nh.Name)).To(Equal(map[string]float64{"": 0}))
+
+	meta.SetStatusCondition(&nh.Status.Conditions, metav1.Condition{Type: gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, Status: metav1.ConditionTrue, Reason: "PodsLeft"})
+	meta.SetStatusCondition(&nh.Status.Conditions, metav1.Condition{Type: gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, Status: metav1.ConditionTrue, Reason: "Listed"})
+	nodeGauges(nh)
+	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_drain_timed_out", nh.Name)).To(Equal(map[string]float64{"": 1}))
+	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_dead_member_listed", nh.Name)).To(Equal(map[string]float64{"": 1}))
+	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_phase", nh.Name)).To(Equal(map[string]float64{"Draining": 1}))
+
+	meta.SetStatusCondition(&nh.Status.Conditions, metav1.Condition{Type: gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, Status: metav1.ConditionFalse, Reason: "Drained"})
+	nodeGauges(nh)
+	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_drain_timed_out", nh.Name)).To(Equal(map[string]float64{"": 0}))
+	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_dead_member_listed", nh.Name)).To(Equal(map[string]float64{"": 1}))
+
+	forgetNodeGauges(nh.Name)
+	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_drain_timed_out", nh.Name)).To(BeEmpty())
+}
+
+// gaugeValues scrapes the per-node gauges through a registry and returns
+// metric's values for node, by the phase label ("" for a gauge without one).
+func gaugeValues(t *testing.T, metric, node string) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(nodeStates); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels[labelNode] == node {
+				out[labels[labelPhase]] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
 }
 
 // TestFenceFirst: the first pass after a quarantining finding writes the

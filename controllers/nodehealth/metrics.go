@@ -2,6 +2,7 @@ package nodehealth
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -55,16 +56,6 @@ var (
 		Help: "Number of times a quarantined node started waiting for a budget, by budget.",
 	}, []string{labelBudget})
 
-	nodePhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "gpuhealth_nodehealth_phase",
-		Help: "1 for the phase each managed node is in, 0 for the others.",
-	}, []string{labelNode, labelPhase})
-
-	drainTimedOut = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "gpuhealth_nodehealth_drain_timed_out",
-		Help: "1 while a draining node has pods that must leave past the drain timeout and the policy waits for them (condition DrainTimedOut), 0 otherwise.",
-	}, []string{labelNode})
-
 	suiteSteps = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpuhealth_suite_steps_total",
 		Help: "Number of certification and recertification steps judged, by suite, step, parser and result (passed or failed).",
@@ -103,15 +94,75 @@ var (
 		Name: "gpuhealth_nodehealth_handoffs_total",
 		Help: "Number of failed nodes handed off to the system that replaces nodes, by hand-off type and result (HandedOff or Failed).",
 	}, []string{labelType, labelResult})
-
-	deadMemberListed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "gpuhealth_nodehealth_dead_member_listed",
-		Help: "1 while a dead, fenced ComputeDomain member is still listed by NVIDIA's driver, so its peers hold it (condition DeadMemberListed), 0 otherwise.",
-	}, []string{labelNode})
 )
 
+// The per-node gauges are built at each scrape from one small record per
+// node (nodeStates) rather than kept as client_golang series: at 5,000
+// nodes nine series a node held about 16 MB of the operator's heap, six of
+// them a phase the node was not in, at 0. A node's phase series is its
+// current phase's, at 1; the condition gauges are 1 or 0.
+var (
+	nodePhaseDesc = prometheus.NewDesc("gpuhealth_nodehealth_phase",
+		"1 for the phase each managed node is in; there is no series for the phases it is not in.",
+		[]string{labelNode, labelPhase}, nil)
+	drainTimedOutDesc = prometheus.NewDesc("gpuhealth_nodehealth_drain_timed_out",
+		"1 while a draining node has pods that must leave past the drain timeout and the policy waits for them (condition DrainTimedOut), 0 otherwise.",
+		[]string{labelNode}, nil)
+	deadMemberListedDesc = prometheus.NewDesc("gpuhealth_nodehealth_dead_member_listed",
+		"1 while a dead, fenced ComputeDomain member is still listed by NVIDIA's driver, so its peers hold it (condition DeadMemberListed), 0 otherwise.",
+		[]string{labelNode}, nil)
+
+	nodeStates = &nodeCollector{nodes: map[string]nodeState{}}
+)
+
+// nodeState is what the per-node gauges show of one managed node.
+type nodeState struct {
+	phase            gpuhealthv1alpha1.NodeHealthPhase
+	drainTimedOut    bool
+	deadMemberListed bool
+}
+
+// nodeCollector publishes the per-node gauges from the last state each
+// node's pass recorded.
+type nodeCollector struct {
+	mu    sync.RWMutex
+	nodes map[string]nodeState
+}
+
+func (c *nodeCollector) set(node string, s nodeState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodes[node] = s
+}
+
+func (c *nodeCollector) forget(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.nodes, node)
+}
+
+// Describe implements prometheus.Collector.
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- nodePhaseDesc
+	ch <- drainTimedOutDesc
+	ch <- deadMemberListedDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for node, s := range c.nodes {
+		if s.phase != "" {
+			ch <- prometheus.MustNewConstMetric(nodePhaseDesc, prometheus.GaugeValue, 1, node, string(s.phase))
+		}
+		ch <- prometheus.MustNewConstMetric(drainTimedOutDesc, prometheus.GaugeValue, b2f(s.drainTimedOut), node)
+		ch <- prometheus.MustNewConstMetric(deadMemberListedDesc, prometheus.GaugeValue, b2f(s.deadMemberListed), node)
+	}
+}
+
 func init() {
-	metrics.Registry.MustRegister(transitions, illegalTransitions, nodePhase, drainTimedOut, deadMemberListed, staleDaemonPodsDeleted, budgetBlocked,
+	metrics.Registry.MustRegister(transitions, illegalTransitions, nodeStates, staleDaemonPodsDeleted, budgetBlocked,
 		suiteSteps, suiteStepDuration, suiteMeasurement, repairDuration, phaseDuration, timeBetweenFaults, handOffs)
 	// Every series from zero, so the first illegal transition is an
 	// increase() an alert sees, not a new series at 1.
@@ -139,31 +190,17 @@ func nodeGauges(nh *gpuhealthv1alpha1.NodeHealth) {
 		forgetNodeGauges(nh.Name)
 		return
 	}
-	v := 0.0
-	if meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition) {
-		v = 1
-	}
-	drainTimedOut.WithLabelValues(nh.Name).Set(v)
-	v = 0
-	if meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition) {
-		v = 1
-	}
-	deadMemberListed.WithLabelValues(nh.Name).Set(v)
-	for _, p := range fsm.Phases() {
-		v := 0.0
-		if p == nh.Status.Phase {
-			v = 1
-		}
-		nodePhase.WithLabelValues(nh.Name, string(p)).Set(v)
-	}
+	nodeStates.set(nh.Name, nodeState{
+		phase:            nh.Status.Phase,
+		drainTimedOut:    meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition),
+		deadMemberListed: meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition),
+	})
 }
 
 // forgetNodeGauges removes the series of a node that is gone or no longer
 // managed, so no alert fires on a phase nobody tracks.
 func forgetNodeGauges(node string) {
-	nodePhase.DeletePartialMatch(prometheus.Labels{labelNode: node})
-	drainTimedOut.DeleteLabelValues(node)
-	deadMemberListed.DeleteLabelValues(node)
+	nodeStates.forget(node)
 	suiteMeasurement.DeletePartialMatch(prometheus.Labels{labelNode: node})
 }
 
@@ -196,4 +233,11 @@ func countOutages(p *plan) {
 	if h := p.handedOff; h != nil {
 		handOffs.WithLabelValues(string(h.Type), string(h.State)).Inc()
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
