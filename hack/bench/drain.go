@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -46,6 +47,9 @@ type drainRun struct {
 	// Exhausted is how much of Time the PDB allowed no disruption: the
 	// drainer could only wait for replacements to become Ready.
 	Exhausted time.Duration
+	// Apiserver is what the apiserver served of evictions and budget
+	// status writes during the run.
+	Apiserver evictionStats
 }
 
 // drainResults is the whole drain race.
@@ -108,6 +112,10 @@ func (h *harness) drainRace(ctx context.Context, cancel context.CancelCauseFunc,
 			}
 		}
 		logf("drain race: %s on %d nodes × %d pods", run.Name, len(victims), o.drainPods)
+		served, err := h.apiserverEvictions(ctx)
+		if err != nil {
+			return nil, err
+		}
 		pods.arm(victims, set)
 		start := time.Now()
 		var exited chan error
@@ -141,6 +149,13 @@ func (h *harness) drainRace(ctx context.Context, cancel context.CancelCauseFunc,
 		run.PerNode, run.Evictions, run.Replacement = pods.result(start)
 		run.Time = run.PerNode[len(run.PerNode)-1]
 		run.Exhausted = pods.exhausted(start, start.Add(run.Time))
+		after, err := h.apiserverEvictions(ctx)
+		if err != nil {
+			return nil, err
+		}
+		run.Apiserver = after.minus(served)
+		logf("drain race: %s: the apiserver served %.0f evictions (p50 ≤ %s, p90 ≤ %s) and %.0f budget status writes, %.0f of them conflicts", run.Name,
+			run.Apiserver.evictions(), seconds(run.Apiserver.quantile(0.5)), seconds(run.Apiserver.quantile(0.9)), run.Apiserver.statusWrites, run.Apiserver.conflicts)
 		logf("drain race: %s: the PDB's status changed %d times; it allowed no disruption for %s", run.Name, pods.budgetChanges(), dur(run.Exhausted))
 		logf("drain race: %s: %d evictions, last victim empty after %s (median replacement %s)", run.Name, run.Evictions, dur(run.Time), dur(run.Replacement))
 		res.Runs = append(res.Runs, run)
@@ -438,5 +453,25 @@ func (r *drainResults) markdown() string {
 	}
 	p("")
 	p("Each victim's clock stops when it is first seen without a workload pod (a victim that finishes its cycle returns and may take replacements). The rate floor is the evictions less one over the configured rate; the PDB bound is the rounds of %d disruptions the budget allows, each waiting for its replacements to become Ready (the median measured here), an estimate; \"PDB allowing none\" is how long of the drain the budget's status (a watch on it) allowed no disruption, when a drainer can only wait for the disruption controller to count replacements healthy.", allowed)
+	p("")
+	p("What the apiserver served during each run (its /metrics, read before and after; every client):")
+	p("")
+	p("| Drainer | eviction requests | answered 201 / 429 | eviction latency p50 · p90 · p99 (bucket bounds) | budget status writes | of them conflicts (409) |")
+	p("|---|---:|---:|---:|---:|---:|")
+	for _, run := range r.Runs {
+		a := run.Apiserver
+		p("| %s | %.0f | %.0f / %.0f | ≤ %s · ≤ %s · ≤ %s | %.0f | %.0f |", run.Name, a.evictions(), a.codes["201"], a.codes["429"],
+			seconds(a.quantile(0.5)), seconds(a.quantile(0.9)), seconds(a.quantile(0.99)), a.statusWrites, a.conflicts)
+	}
+	p("")
+	p("An eviction writes the budget's status at the resourceVersion it read; on a conflict (another eviction's write, or the disruption controller's) the apiserver waits 500 ms (±10%%) before it reads the budget again, up to 20 times.")
 	return b.String()
+}
+
+// seconds renders a bucket bound in seconds ("+Inf" past the last one).
+func seconds(v float64) string {
+	if math.IsInf(v, 1) {
+		return "+Inf"
+	}
+	return dur(time.Duration(v * float64(time.Second)))
 }

@@ -156,6 +156,15 @@ func (h *harness) apiserverRequests(ctx context.Context) (writes, reads reqCount
 	return writes, reads, err
 }
 
+// apiserverEvictions reads what the apiserver's /metrics says of evictions.
+func (h *harness) apiserverEvictions(ctx context.Context) (evictionStats, error) {
+	b, err := h.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return evictionStats{}, fmt.Errorf("reading the apiserver's /metrics: %w", err)
+	}
+	return parseEvictionStats(b)
+}
+
 // operatorWrites reads the write counters of the operator's own client.
 func operatorWrites(ctx context.Context, op *operator) (reqCounts, error) {
 	b, err := op.metrics(ctx)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -223,4 +225,99 @@ func parseLabels(s string, labels map[string]string) (string, error) {
 		}
 		labels[key] = val.String()
 	}
+}
+
+// evictionStats is what the apiserver's /metrics says of the evictions it
+// served and of the PodDisruptionBudget status writes behind them. An
+// eviction writes the budget's status at the resourceVersion it read and,
+// on a conflict, waits 500 ms (±10%) before it reads again: the conflicts
+// and the latency buckets show that wait.
+type evictionStats struct {
+	// latency is the cumulative count of eviction POSTs by bucket bound.
+	latency map[float64]float64
+	// codes counts eviction POSTs by HTTP code.
+	codes map[string]float64
+	// statusWrites and conflicts count PodDisruptionBudget status PUTs
+	// (every client: the evictions' own and the disruption controller's),
+	// and those answered 409.
+	statusWrites, conflicts float64
+}
+
+// parseEvictionStats reads evictionStats from the apiserver's /metrics.
+func parseEvictionStats(text []byte) (evictionStats, error) {
+	st := evictionStats{latency: map[float64]float64{}, codes: map[string]float64{}}
+	buckets, err := parseSamples(text, "apiserver_request_duration_seconds_bucket")
+	if err != nil {
+		return st, err
+	}
+	for _, s := range buckets {
+		if s.labels["verb"] != "POST" || s.labels["resource"] != "pods" || s.labels["subresource"] != "eviction" {
+			continue
+		}
+		le, err := strconv.ParseFloat(s.labels["le"], 64)
+		if err != nil {
+			return st, fmt.Errorf("apiserver_request_duration_seconds_bucket le=%q: %w", s.labels["le"], err)
+		}
+		st.latency[le] += s.value
+	}
+	requests, err := parseSamples(text, "apiserver_request_total")
+	if err != nil {
+		return st, err
+	}
+	for _, s := range requests {
+		switch {
+		case s.labels["verb"] == "POST" && s.labels["resource"] == "pods" && s.labels["subresource"] == "eviction":
+			st.codes[s.labels["code"]] += s.value
+		case s.labels["verb"] == "PUT" && s.labels["resource"] == "poddisruptionbudgets" && s.labels["subresource"] == "status":
+			st.statusWrites += s.value
+			if s.labels["code"] == "409" {
+				st.conflicts += s.value
+			}
+		}
+	}
+	return st, nil
+}
+
+// minus returns the stats of the requests served since before.
+func (st evictionStats) minus(before evictionStats) evictionStats {
+	out := evictionStats{latency: map[float64]float64{}, codes: map[string]float64{},
+		statusWrites: st.statusWrites - before.statusWrites, conflicts: st.conflicts - before.conflicts}
+	for le, v := range st.latency {
+		out.latency[le] = v - before.latency[le]
+	}
+	for code, v := range st.codes {
+		if d := v - before.codes[code]; d != 0 {
+			out.codes[code] = d
+		}
+	}
+	return out
+}
+
+// evictions is the number of eviction POSTs.
+func (st evictionStats) evictions() float64 {
+	n := 0.0
+	for _, v := range st.codes {
+		n += v
+	}
+	return n
+}
+
+// quantile returns the bucket bound under which a share q of the evictions
+// finished (+Inf when the last bucket is needed), 0 without evictions.
+func (st evictionStats) quantile(q float64) float64 {
+	total := st.latency[math.Inf(1)]
+	if total == 0 {
+		return 0
+	}
+	bounds := make([]float64, 0, len(st.latency))
+	for le := range st.latency {
+		bounds = append(bounds, le)
+	}
+	sort.Float64s(bounds)
+	for _, le := range bounds {
+		if st.latency[le] >= q*total {
+			return le
+		}
+	}
+	return math.Inf(1)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -71,5 +72,45 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := percentile(s[:1], 0.99); got != time.Millisecond {
 		t.Errorf("p99 of one sample = %v", got)
+	}
+}
+
+func TestEvictionStats(t *testing.T) {
+	text := func(fast, slow, ok, refused, writes, conflicts float64) []byte {
+		return []byte(fmt.Sprintf(`apiserver_request_duration_seconds_bucket{component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="eviction",verb="POST",version="v1",le="0.1"} %[1]v
+apiserver_request_duration_seconds_bucket{component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="eviction",verb="POST",version="v1",le="0.6"} %[1]v
+apiserver_request_duration_seconds_bucket{component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="eviction",verb="POST",version="v1",le="1"} %[2]v
+apiserver_request_duration_seconds_bucket{component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="eviction",verb="POST",version="v1",le="+Inf"} %[2]v
+apiserver_request_duration_seconds_bucket{component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="DELETE",version="v1",le="+Inf"} 99
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="eviction",verb="POST",version="v1"} %[3]v
+apiserver_request_total{code="429",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="eviction",verb="POST",version="v1"} %[4]v
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="policy",resource="poddisruptionbudgets",scope="resource",subresource="status",verb="PUT",version="v1"} %[5]v
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="policy",resource="poddisruptionbudgets",scope="resource",subresource="status",verb="PUT",version="v1"} %[6]v
+`, fast, slow, ok, refused, writes, conflicts))
+	}
+	before, err := parseEvictionStats(text(2, 2, 2, 0, 5, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseEvictionStats(text(6, 12, 11, 1, 25, 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.minus(before)
+	if d.evictions() != 10 || d.codes["201"] != 9 || d.codes["429"] != 1 {
+		t.Errorf("evictions = %v by code %v, want 10 (9 201, 1 429)", d.evictions(), d.codes)
+	}
+	if d.statusWrites != 28 || d.conflicts != 8 {
+		t.Errorf("status writes %v (conflicts %v), want 28 (8)", d.statusWrites, d.conflicts)
+	}
+	// 4 of the 10 within 0.1 s, the other 6 between 0.6 s and 1 s.
+	if q := d.quantile(0.4); q != 0.1 {
+		t.Errorf("p40 = %v, want 0.1", q)
+	}
+	if q := d.quantile(0.5); q != 1 {
+		t.Errorf("p50 = %v, want 1", q)
+	}
+	if q := (evictionStats{latency: map[float64]float64{}}).quantile(0.5); q != 0 {
+		t.Errorf("no evictions: p50 = %v, want 0", q)
 	}
 }
