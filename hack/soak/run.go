@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -187,17 +188,20 @@ func markByHuman(ctx context.Context, c client.Client, rng *rand.Rand, nodes []s
 	out := map[string]preexisting{}
 	for i, mk := range marks {
 		name := nodes[perm[i]]
-		var n corev1.Node
-		if err := c.Get(ctx, types.NamespacedName{Name: name}, &n); err != nil {
-			return nil, err
-		}
 		p := preexisting{Cordon: mk.cordon}
-		n.Spec.Unschedulable = n.Spec.Unschedulable || mk.cordon
 		for _, t := range mk.taints {
-			n.Spec.Taints = append(n.Spec.Taints, t)
 			p.Taints = append(p.Taints, taintString(t))
 		}
-		if err := c.Update(ctx, &n, client.FieldOwner(humanManager)); err != nil {
+		// The operators and kwok write the node too: read it again on a conflict.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var n corev1.Node
+			if err := c.Get(ctx, types.NamespacedName{Name: name}, &n); err != nil {
+				return err
+			}
+			n.Spec.Unschedulable = n.Spec.Unschedulable || mk.cordon
+			n.Spec.Taints = append(n.Spec.Taints, mk.taints...)
+			return c.Update(ctx, &n, client.FieldOwner(humanManager))
+		}); err != nil {
 			return nil, fmt.Errorf("marking %s as a human: %w", name, err)
 		}
 		out[name] = p
