@@ -74,6 +74,8 @@ type Drainer struct {
 	// budgets counts, per PodDisruptionBudget, the evictions admitted
 	// since the cache last showed it changed, across every node's pass.
 	budgets *ledger
+	// perBudget spaces the evictions under each PodDisruptionBudget.
+	perBudget *budgetGates
 }
 
 // New returns a Drainer that reads and writes through c, lists and watches
@@ -82,13 +84,14 @@ type Drainer struct {
 // watch wakes a drained node; its passes still see every pod.
 func New(c client.Client, pods client.WithWatch, clk clock.PassiveClock) *Drainer {
 	return &Drainer{
-		client:   c,
-		pods:     pods,
-		clock:    clk,
-		watches:  newPodWatches(pods, clk),
-		limiter:  rate.NewLimiter(defaultEvictionsPerSecond, defaultEvictionsPerSecond),
-		inFlight: newGate(defaultMaxConcurrentEvictions),
-		budgets:  newLedger(),
+		client:    c,
+		pods:      pods,
+		clock:     clk,
+		watches:   newPodWatches(pods, clk),
+		limiter:   rate.NewLimiter(defaultEvictionsPerSecond, defaultEvictionsPerSecond),
+		inFlight:  newGate(defaultMaxConcurrentEvictions),
+		budgets:   newLedger(),
+		perBudget: newBudgetGates(),
 	}
 }
 
@@ -197,6 +200,7 @@ func (r Result) TimedOutMessage() string {
 // pass did and saw.
 func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1.DrainSpec, startedAt time.Time) (Result, error) {
 	d.setLimits(spec)
+	begin := d.clock.Now()
 	passCtx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
 
@@ -290,9 +294,8 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 			}
 		}
 	}
-	if res.Deferred > 0 {
-		log.FromContext(ctx).V(1).Info("Leaving pods for the next pass", "Node", klog.KRef("", node), "deferred", res.Deferred)
-	}
+	log.FromContext(ctx).V(1).Info("Drain pass", "Node", klog.KRef("", node), "took", d.clock.Since(begin).Round(time.Millisecond),
+		"total", res.Total, "remaining", res.Remaining, "evicted", res.Evicted, "blocked", res.Blocked, "deferred", res.Deferred)
 	res.TimedOut = len(timedOut)
 	res.BlockedPods = describeBlocked(passCtx, budgets, blocked)
 	res.TimedOutPods = describeTimedOut(passCtx, budgets, timedOut)
@@ -347,9 +350,14 @@ func (d *Drainer) run(ctx context.Context, tasks []task, decided []*outcome) []o
 	return outcomes
 }
 
-// do waits (until admitCtx is done) for a token and an in-flight slot, then
-// sends the task's request within ctx.
+// do waits (until admitCtx is done) for its budget's turn, a token and an
+// in-flight slot, then sends the task's request within ctx.
 func (d *Drainer) do(ctx, admitCtx context.Context, t task) outcome {
+	if t.budget != (types.NamespacedName{}) {
+		if err := d.perBudget.wait(admitCtx, t.budget); err != nil {
+			return outcome{kind: outcomeDeferred, pod: t.pod}
+		}
+	}
 	// Wait fails at once, without taking a token, when the token would come
 	// after admitCtx's deadline.
 	if err := d.limiter.Wait(admitCtx); err != nil {

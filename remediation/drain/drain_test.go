@@ -3,6 +3,8 @@ package drain_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
@@ -639,4 +642,65 @@ func setDisruptionsAllowed(t *testing.T, pdb *policyv1.PodDisruptionBudget, allo
 		}
 		return k8sClient.Status().Update(t.Context(), current)
 	})).To(Succeed())
+}
+
+// TestDrainSpacesTheEvictionsUnderOneBudget: the apiserver's eviction
+// writes the budget's status at the resourceVersion it read, so evictions
+// sent together under one budget conflict and wait 500 ms each before they
+// retry. A pass spaces those 25 ms apart, and sends the pods no budget
+// selects as concurrently as the limits allow.
+func TestDrainSpacesTheEvictionsUnderOneBudget(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	for i := range 6 {
+		newPod(t, ns, fmt.Sprintf("web-%d", i), node, withLabels(map[string]string{"app": "web"}), running())
+		newPod(t, ns, fmt.Sprintf("free-%d", i), node, running())
+	}
+	pdb := newPDB(t, ns, "web", map[string]string{"app": "web"})
+	setDisruptionsAllowed(t, pdb, 6)
+
+	var (
+		mu       sync.Mutex
+		starts   []time.Time // of the budget's evictions
+		inFlight int         // of the others
+		most     int
+	)
+	c := interceptor.NewClient(k8sClient, interceptor.Funcs{
+		SubResourceCreate: func(ctx context.Context, c client.Client, subResource string, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
+			mu.Lock()
+			free := strings.HasPrefix(obj.GetName(), "free-")
+			if free {
+				inFlight++
+				most = max(most, inFlight)
+			} else {
+				starts = append(starts, time.Now())
+			}
+			mu.Unlock()
+			if free {
+				defer func() {
+					mu.Lock()
+					inFlight--
+					mu.Unlock()
+				}()
+				time.Sleep(20 * time.Millisecond) // long enough for the requests to overlap
+			}
+			return c.SubResource(subResource).Create(ctx, obj, sub, opts...)
+		},
+	})
+	d := drain.New(c, c, clocktesting.NewFakeClock(epoch))
+	// A slow machine may leave some pods for a later pass.
+	evicted := 0
+	g.Eventually(func(g Gomega) {
+		res, err := d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{EvictionsPerSecond: 200, MaxConcurrentEvictions: 64}, epoch)
+		g.Expect(err).NotTo(HaveOccurred())
+		evicted += res.Evicted
+		g.Expect(evicted).To(Equal(12))
+	}).WithTimeout(30 * time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
+	g.Expect(starts).To(HaveLen(6))
+	for i := 1; i < len(starts); i++ {
+		// The pacer's clock and this one differ by the scheduling of two goroutines.
+		g.Expect(starts[i].Sub(starts[i-1])).To(BeNumerically(">=", 20*time.Millisecond), "eviction %d under the budget started too soon", i)
+	}
+	g.Expect(most).To(BeNumerically(">", 1), "the others at once")
 }

@@ -36,6 +36,9 @@ type task struct {
 	expired bool
 	// timeout is the pod's drain timeout, for messages.
 	timeout time.Duration
+	// budget is the one PodDisruptionBudget selecting the pod, when one
+	// does (set by refuse): its evictions are spaced (budgetSpacing).
+	budget types.NamespacedName
 }
 
 // timedOut returns the timed-out pod to report when the task's pod is past
@@ -249,10 +252,11 @@ func (c *budgetCache) inNamespace(ctx context.Context, namespace string) []polic
 // few is caught up by the next pass, which the budget's own change
 // triggers. Deletions after a timeout bypass budgets, and pods that are not
 // Ready, or under no or several budgets, are left to the apiserver's rules.
+// It also sets each eviction task's budget, where one budget selects the pod.
 func (c *budgetCache) refuse(ctx context.Context, l *ledger, tasks []task) ([]*outcome, []*admission) {
 	out, admitted := make([]*outcome, len(tasks)), make([]*admission, len(tasks))
 	for i, t := range tasks {
-		if t.delete || !podReady(t.pod) {
+		if t.delete {
 			continue
 		}
 		var selecting []*policyv1.PodDisruptionBudget
@@ -266,7 +270,8 @@ func (c *budgetCache) refuse(ctx context.Context, l *ledger, tasks []task) ([]*o
 			continue
 		}
 		pdb := selecting[0]
-		if pdb.Status.ObservedGeneration < pdb.Generation {
+		tasks[i].budget = client.ObjectKeyFromObject(pdb)
+		if !podReady(t.pod) || pdb.Status.ObservedGeneration < pdb.Generation {
 			continue
 		}
 		if a, ok := l.admit(pdb); ok {
