@@ -1,13 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // writeVerbs are the apiserver_request_total verbs (and client-go methods)
@@ -144,87 +147,75 @@ func clientWriteCounts(text []byte) (reqCounts, error) {
 	return w, nil
 }
 
-// sample is one line of the Prometheus text format.
+// sample is one series of a metric: its labels and value.
 type sample struct {
 	labels map[string]string
 	value  float64
 }
 
-// parseSamples returns the samples of one metric from Prometheus text.
+// parseSamples returns the samples of one metric from Prometheus text,
+// parsed by expfmt. name is a series name as the text writes it: a
+// histogram's buckets are name_bucket with their le label, as its
+// _count and _sum are.
 func parseSamples(text []byte, name string) ([]sample, error) {
-	var out []sample
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		s := sample{labels: map[string]string{}}
-		switch {
-		case strings.HasPrefix(rest, "{"):
-			var err error
-			if rest, err = parseLabels(rest[1:], s.labels); err != nil {
-				return nil, fmt.Errorf("parsing %q: %w", line, err)
-			}
-		case strings.HasPrefix(rest, " "):
-		default:
-			continue // another metric whose name starts with name
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			return nil, fmt.Errorf("parsing %q: no value", line)
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("parsing %q: %w", line, err)
-		}
-		s.value = v
-		out = append(out, s)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("parsing metrics text: %w", err)
 	}
-	return out, sc.Err()
+	var out []sample
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			labels := func(extra ...string) map[string]string {
+				l := make(map[string]string, len(m.GetLabel())+1)
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				for i := 0; i+1 < len(extra); i += 2 {
+					l[extra[i]] = extra[i+1]
+				}
+				return l
+			}
+			switch h := m.GetHistogram(); {
+			case mf.GetType() == dto.MetricType_HISTOGRAM && h != nil:
+				base := mf.GetName()
+				switch name {
+				case base + "_bucket":
+					// expfmt keeps a count as an integer or, when any is
+					// fractional, every one as a float: one of the two is set.
+					inf := false
+					for _, b := range h.GetBucket() {
+						inf = inf || math.IsInf(b.GetUpperBound(), 1)
+						out = append(out, sample{labels(model.BucketLabel, formatBound(b.GetUpperBound())),
+							float64(b.GetCumulativeCount()) + b.GetCumulativeCountFloat()})
+					}
+					if !inf {
+						out = append(out, sample{labels(model.BucketLabel, "+Inf"), float64(h.GetSampleCount()) + h.GetSampleCountFloat()})
+					}
+				case base + "_count":
+					out = append(out, sample{labels(), float64(h.GetSampleCount()) + h.GetSampleCountFloat()})
+				case base + "_sum":
+					out = append(out, sample{labels(), h.GetSampleSum()})
+				}
+			case mf.GetName() != name:
+			case m.GetCounter() != nil:
+				out = append(out, sample{labels(), m.GetCounter().GetValue()})
+			case m.GetGauge() != nil:
+				out = append(out, sample{labels(), m.GetGauge().GetValue()})
+			case m.GetUntyped() != nil:
+				out = append(out, sample{labels(), m.GetUntyped().GetValue()})
+			}
+		}
+	}
+	return out, nil
 }
 
-// parseLabels parses `a="x",b="y"}` into labels and returns what follows '}'.
-func parseLabels(s string, labels map[string]string) (string, error) {
-	for {
-		s = strings.TrimLeft(s, " ,")
-		if strings.HasPrefix(s, "}") {
-			return s[1:], nil
-		}
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || len(s) < eq+2 || s[eq+1] != '"' {
-			return "", fmt.Errorf("malformed labels")
-		}
-		key := strings.TrimSpace(s[:eq])
-		s = s[eq+2:]
-		var val strings.Builder
-		closed := false
-		for i := 0; i < len(s); i++ {
-			switch c := s[i]; {
-			case c == '\\' && i+1 < len(s):
-				i++
-				switch s[i] {
-				case 'n':
-					val.WriteByte('\n')
-				default:
-					val.WriteByte(s[i])
-				}
-			case c == '"':
-				s, closed = s[i+1:], true
-			default:
-				val.WriteByte(c)
-			}
-			if closed {
-				break
-			}
-		}
-		if !closed {
-			return "", fmt.Errorf("unterminated label value")
-		}
-		labels[key] = val.String()
+// formatBound writes a bucket bound as the text format's le label does.
+func formatBound(f float64) string {
+	if math.IsInf(f, 1) {
+		return "+Inf"
 	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 // evictionStats is what the apiserver's /metrics says of the evictions it

@@ -47,7 +47,7 @@ func TestAPIServerCounts(t *testing.T) {
 	}
 }
 
-func TestParseLabelsEscapes(t *testing.T) {
+func TestParseSamples(t *testing.T) {
 	s, err := parseSamples([]byte(`m{a="x\"y",b="1\\2",c="p\nq"} 2.5 1700000000`+"\nm 3\n"), "m")
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +57,33 @@ func TestParseLabelsEscapes(t *testing.T) {
 	}
 	if _, err := parseSamples([]byte(`m{a="x} 1`), "m"); err == nil {
 		t.Error("want an error for an unterminated label value")
+	}
+	// A typed histogram, as the apiserver writes it: its buckets are
+	// read back by their series name, le included.
+	h := `# HELP d_seconds latency
+# TYPE d_seconds histogram
+d_seconds_bucket{verb="POST",le="0.1"} 4
+d_seconds_bucket{verb="POST",le="1"} 10
+d_seconds_bucket{verb="POST",le="+Inf"} 11
+d_seconds_sum{verb="POST"} 3.5
+d_seconds_count{verb="POST"} 11
+`
+	b, err := parseSamples([]byte(h), "d_seconds_bucket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, x := range b {
+		if x.labels["verb"] != "POST" {
+			t.Errorf("bucket %+v lost its labels", x)
+		}
+		got[x.labels["le"]] = x.value
+	}
+	if len(got) != 3 || got["0.1"] != 4 || got["1"] != 10 || got["+Inf"] != 11 {
+		t.Errorf("buckets = %v, want 0.1:4 1:10 +Inf:11", got)
+	}
+	if c, err := parseSamples([]byte(h), "d_seconds_count"); err != nil || len(c) != 1 || c[0].value != 11 {
+		t.Errorf("count = %+v, %v; want 11", c, err)
 	}
 }
 
