@@ -190,7 +190,6 @@ func (r *Reconciler) record(ctx context.Context, o *observation, p *plan) (bool,
 	}
 	countSteps(o.node.Name, p.steps)
 	publish(r.Recorder, p.announce)
-	nodeGauges(nh)
 	return true, nil
 }
 

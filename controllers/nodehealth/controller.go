@@ -383,11 +383,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil || o == nil {
 		return ctrl.Result{}, err
 	}
-	// The persisted phase, also when this pass writes nothing: a new leader
-	// publishes every node's phase on its first pass (the alert rules bridge
-	// the gap until then, config/prometheus/rules.yaml).
-	nodeGauges(o.nh)
-
 	p := decide(o)
 	reserved := false
 	if p.reserveBreaker {

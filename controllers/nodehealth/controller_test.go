@@ -583,9 +583,10 @@ func TestManualRecertifyAndHold(t *testing.T) {
 	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeFalse())
 }
 
-// TestPhaseGaugeFollowsTheNode: every pass publishes the persisted phase
-// (a new leader's first pass too, though it writes nothing) as one series,
-// and a node that leaves management or is deleted loses it.
+// TestPhaseGaugeFollowsTheNode: the leader exports each managed node's
+// persisted phase as one series, read from the NodeHealths at the scrape
+// (a new leader's too, before its first pass), and a node that leaves
+// management or is deleted loses it; a standby exports none.
 func TestPhaseGaugeFollowsTheNode(t *testing.T) {
 	h := newHarness(t)
 	h.policy(nil)
@@ -595,73 +596,75 @@ func TestPhaseGaugeFollowsTheNode(t *testing.T) {
 	h.reconcile(n.Name)
 	out := h.phase(n.Name)
 	h.g.Expect(out).NotTo(Equal(healthy))
-	phases := func() map[string]float64 { return gaugeValues(t, "gpuhealth_nodehealth_phase", n.Name) }
+	phases := func() map[string]float64 { return gaugeValues(t, true, "gpuhealth_nodehealth_phase", n.Name) }
 	h.g.Expect(phases()).To(Equal(map[string]float64{string(out): 1}), "one series, the node's phase")
-
-	// A restart: the series is gone from the new process until its first pass.
-	forgetNodeGauges(n.Name)
-	h.g.Expect(phases()).To(BeEmpty())
-	h.reconcile(n.Name)
-	h.g.Expect(phases()).To(Equal(map[string]float64{string(h.phase(n.Name)): 1}))
+	h.g.Expect(gaugeValues(t, false, "gpuhealth_nodehealth_phase", n.Name)).To(BeEmpty(), "a standby exports nothing")
 
 	// Excluded from management by a human: no phase series.
 	nh := h.nodeHealth(n.Name)
 	nh.Spec.Exclude = true
 	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
-	h.g.Eventually(func() map[string]float64 { h.reconcile(n.Name); return phases() }).Should(BeEmpty())
+	h.g.Eventually(phases).Should(BeEmpty())
 	nh = h.nodeHealth(n.Name)
 	nh.Spec.Exclude = false
 	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
-	h.g.Eventually(func() map[string]float64 { h.reconcile(n.Name); return phases() }).Should(HaveLen(1))
+	h.g.Eventually(phases).Should(HaveLen(1))
 
 	// Out of management: the policy no longer selects it.
 	node := h.getNode(n.Name)
 	delete(node.Labels, "test")
 	h.g.Expect(k8sClient.Update(h.ctx, node)).To(Succeed())
-	h.g.Eventually(func() map[string]float64 { h.reconcile(n.Name); return phases() }).Should(BeEmpty())
+	h.g.Eventually(phases).Should(BeEmpty())
 
 	// Deleted.
 	node.Labels["test"] = h.label
 	h.g.Expect(k8sClient.Update(h.ctx, node)).To(Succeed())
-	h.g.Eventually(func() map[string]float64 { h.reconcile(n.Name); return phases() }).Should(HaveLen(1))
+	h.g.Eventually(phases).Should(HaveLen(1))
 	h.g.Expect(k8sClient.Delete(h.ctx, node)).To(Succeed())
-	h.g.Eventually(func() map[string]float64 { h.reconcile(n.Name); return phases() }).Should(BeEmpty())
+	h.g.Eventually(phases).Should(BeEmpty())
 }
 
 // TestConditionGauges: a node's condition gauges are 1 while their
 // condition is True, 0 otherwise.
 func TestConditionGauges(t *testing.T) {
-	g := NewWithT(t)
-	nh := &gpuhealthv1alpha1.NodeHealth{}
-	nh.Name = "gauge-conditions"
-	nh.Status.Phase = gpuhealthv1alpha1.PhaseDraining
-	defer forgetNodeGauges(nh.Name)
-	nodeGauges(nh)
-	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_drain_timed_out", nh.Name)).To(Equal(map[string]float64{"": 0}))
-	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_dead_member_listed", nh.Name)).To(Equal(map[string]float64{"": 0}))
+	h := newHarness(t)
+	h.policy(nil)
+	n := h.node("a", nil)
+	h.reconcile(n.Name)
+	gauges := func() [3]map[string]float64 {
+		return [3]map[string]float64{
+			gaugeValues(t, true, "gpuhealth_nodehealth_drain_timed_out", n.Name),
+			gaugeValues(t, true, "gpuhealth_nodehealth_dead_member_listed", n.Name),
+			gaugeValues(t, true, "gpuhealth_nodehealth_phase", n.Name),
+		}
+	}
+	h.g.Expect(gauges()).To(Equal([3]map[string]float64{{"": 0}, {"": 0}, {string(healthy): 1}}))
 
-	meta.SetStatusCondition(&nh.Status.Conditions, metav1.Condition{Type: gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, Status: metav1.ConditionTrue, Reason: "PodsLeft"})
-	meta.SetStatusCondition(&nh.Status.Conditions, metav1.Condition{Type: gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, Status: metav1.ConditionTrue, Reason: "Listed"})
-	nodeGauges(nh)
-	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_drain_timed_out", nh.Name)).To(Equal(map[string]float64{"": 1}))
-	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_dead_member_listed", nh.Name)).To(Equal(map[string]float64{"": 1}))
-	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_phase", nh.Name)).To(Equal(map[string]float64{"Draining": 1}))
-
-	meta.SetStatusCondition(&nh.Status.Conditions, metav1.Condition{Type: gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, Status: metav1.ConditionFalse, Reason: "Drained"})
-	nodeGauges(nh)
-	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_drain_timed_out", nh.Name)).To(Equal(map[string]float64{"": 0}))
-	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_dead_member_listed", nh.Name)).To(Equal(map[string]float64{"": 1}))
-
-	forgetNodeGauges(nh.Name)
-	g.Expect(gaugeValues(t, "gpuhealth_nodehealth_drain_timed_out", nh.Name)).To(BeEmpty())
+	setConditions := func(timedOut, listed metav1.ConditionStatus) {
+		nh := h.nodeHealth(n.Name)
+		meta.SetStatusCondition(&nh.Status.Conditions, metav1.Condition{Type: gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, Status: timedOut, Reason: "Test"})
+		meta.SetStatusCondition(&nh.Status.Conditions, metav1.Condition{Type: gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition, Status: listed, Reason: "Test"})
+		h.g.Expect(k8sClient.Status().Update(h.ctx, nh)).To(Succeed())
+	}
+	setConditions(metav1.ConditionTrue, metav1.ConditionTrue)
+	h.g.Expect(gauges()).To(Equal([3]map[string]float64{{"": 1}, {"": 1}, {string(healthy): 1}}))
+	setConditions(metav1.ConditionFalse, metav1.ConditionTrue)
+	h.g.Expect(gauges()).To(Equal([3]map[string]float64{{"": 0}, {"": 1}, {string(healthy): 1}}))
 }
 
-// gaugeValues scrapes the per-node gauges through a registry and returns
+// gaugeValues scrapes the per-node gauges of a fresh collector reading
+// the apiserver, as the leader (elected) or a standby, and returns
 // metric's values for node, by the phase label ("" for a gauge without one).
-func gaugeValues(t *testing.T, metric, node string) map[string]float64 {
+func gaugeValues(t *testing.T, elected bool, metric, node string) map[string]float64 {
 	t.Helper()
+	ch := make(chan struct{})
+	if elected {
+		close(ch)
+	}
+	f := &fleetGauges{}
+	f.serve(k8sClient, ch)
 	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(nodeStates); err != nil {
+	if err := reg.Register(f); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()

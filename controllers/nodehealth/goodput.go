@@ -39,10 +39,12 @@ var (
 		[]string{"computedomain"}, nil)
 )
 
-// fleetGauges exports the GPU-time gauges at each scrape, from the
-// persisted NodeHealth status and the cached Nodes, so they need no
-// bookkeeping of their own and cannot drift from what is written. Only the
-// leader exports them: a standby's copy would double every sum.
+// fleetGauges exports the per-node and GPU-time gauges at each scrape,
+// from the persisted NodeHealth status and the cached Nodes, so they need
+// no bookkeeping of their own and cannot drift from what is written: a new
+// leader exports every node's phase once its cache has synced, before its
+// first pass. Only the leader exports them: a standby's copy would double
+// every sum.
 type fleetGauges struct {
 	mu      sync.Mutex
 	reader  client.Reader
@@ -62,6 +64,9 @@ func (f *fleetGauges) serve(reader client.Reader, elected <-chan struct{}) {
 
 // Describe sends the gauges' descriptions.
 func (f *fleetGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- nodePhaseDesc
+	ch <- drainTimedOutDesc
+	ch <- deadMemberListedDesc
 	ch <- nodeGPUsDesc
 	ch <- outOfServiceDesc
 	ch <- strandedDesc
@@ -94,6 +99,18 @@ func (f *fleetGauges) Collect(ch chan<- prometheus.Metric) {
 		if gpuhealthv1alpha1.ManagingPolicy(policies.Items, nodes.Items[i].Labels) != nil {
 			byName[nodes.Items[i].Name] = &nodes.Items[i]
 		}
+	}
+	for i := range nhs.Items {
+		nh := &nhs.Items[i]
+		if !managed(nh, byName[nh.Name]) {
+			continue
+		}
+		st := &nh.Status
+		ch <- prometheus.MustNewConstMetric(nodePhaseDesc, prometheus.GaugeValue, 1, nh.Name, string(st.Phase))
+		ch <- prometheus.MustNewConstMetric(drainTimedOutDesc, prometheus.GaugeValue,
+			b2f(meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition)), nh.Name)
+		ch <- prometheus.MustNewConstMetric(deadMemberListedDesc, prometheus.GaugeValue,
+			b2f(meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition)), nh.Name)
 	}
 	for _, s := range gpuTime(nhs.Items, byName) {
 		switch {
@@ -132,7 +149,7 @@ func gpuTime(nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]*corev1.Node) 
 	for i := range nhs {
 		nh := &nhs[i]
 		n := nodes[nh.Name]
-		if n == nil || nh.Spec.Exclude || nh.Status.Phase == "" || !meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthManagedCondition) {
+		if !managed(nh, n) {
 			continue
 		}
 		gpus := nodeGPUs(n)
@@ -166,6 +183,15 @@ func gpuTime(nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]*corev1.Node) 
 		}
 	}
 	return out
+}
+
+// managed says whether the gauges show a node: one a policy manages (n,
+// from the Nodes a policy manages, is not nil), not excluded by a human,
+// with a phase and its Managed condition True. An excluded node has no
+// phase gpuhealth tracks (it is left as it is), so no alert fires on it.
+func managed(nh *gpuhealthv1alpha1.NodeHealth, n *corev1.Node) bool {
+	return n != nil && !nh.Spec.Exclude && nh.Status.Phase != "" &&
+		meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthManagedCondition)
 }
 
 // nodeGPUs is the node's GPU count: the larger of its nvidia.com/gpu

@@ -2,10 +2,8 @@ package nodehealth
 
 import (
 	"strconv"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -96,11 +94,12 @@ var (
 	}, []string{labelType, labelResult})
 )
 
-// The per-node gauges are built at each scrape from one small record per
-// node (nodeStates) rather than kept as client_golang series: at 5,000
-// nodes nine series a node held about 16 MB of the operator's heap, six of
-// them a phase the node was not in, at 0. A node's phase series is its
-// current phase's, at 1; the condition gauges are 1 or 0.
+// The per-node gauges are built at each scrape, by the leader, from the
+// cached NodeHealths (fleetGauges, goodput.go) rather than kept as
+// client_golang series: at 5,000 nodes nine series a node held about 16 MB
+// of the operator's heap, six of them a phase the node was not in, at 0. A
+// node's phase series is its current phase's, at 1; the condition gauges
+// are 1 or 0.
 var (
 	nodePhaseDesc = prometheus.NewDesc("gpuhealth_nodehealth_phase",
 		"1 for the phase each managed node is in; there is no series for the phases it is not in.",
@@ -111,58 +110,10 @@ var (
 	deadMemberListedDesc = prometheus.NewDesc("gpuhealth_nodehealth_dead_member_listed",
 		"1 while a dead, fenced ComputeDomain member is still listed by NVIDIA's driver, so its peers hold it (condition DeadMemberListed), 0 otherwise.",
 		[]string{labelNode}, nil)
-
-	nodeStates = &nodeCollector{nodes: map[string]nodeState{}}
 )
 
-// nodeState is what the per-node gauges show of one managed node.
-type nodeState struct {
-	phase            gpuhealthv1alpha1.NodeHealthPhase
-	drainTimedOut    bool
-	deadMemberListed bool
-}
-
-// nodeCollector publishes the per-node gauges from the last state each
-// node's pass recorded.
-type nodeCollector struct {
-	mu    sync.RWMutex
-	nodes map[string]nodeState
-}
-
-func (c *nodeCollector) set(node string, s nodeState) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.nodes[node] = s
-}
-
-func (c *nodeCollector) forget(node string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.nodes, node)
-}
-
-// Describe implements prometheus.Collector.
-func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- nodePhaseDesc
-	ch <- drainTimedOutDesc
-	ch <- deadMemberListedDesc
-}
-
-// Collect implements prometheus.Collector.
-func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for node, s := range c.nodes {
-		if s.phase != "" {
-			ch <- prometheus.MustNewConstMetric(nodePhaseDesc, prometheus.GaugeValue, 1, node, string(s.phase))
-		}
-		ch <- prometheus.MustNewConstMetric(drainTimedOutDesc, prometheus.GaugeValue, b2f(s.drainTimedOut), node)
-		ch <- prometheus.MustNewConstMetric(deadMemberListedDesc, prometheus.GaugeValue, b2f(s.deadMemberListed), node)
-	}
-}
-
 func init() {
-	metrics.Registry.MustRegister(transitions, illegalTransitions, nodeStates, staleDaemonPodsDeleted, budgetBlocked,
+	metrics.Registry.MustRegister(transitions, illegalTransitions, staleDaemonPodsDeleted, budgetBlocked,
 		suiteSteps, suiteStepDuration, suiteMeasurement, repairDuration, phaseDuration, timeBetweenFaults, handOffs)
 	// Every series from zero, so the first illegal transition is an
 	// increase() an alert sees, not a new series at 1.
@@ -182,25 +133,9 @@ func init() {
 	}
 }
 
-// nodeGauges publishes the node's persisted phase and whether its drain
-// timed out. An excluded node has no phase gpuhealth tracks (it is left as
-// it is), so no alert fires on it.
-func nodeGauges(nh *gpuhealthv1alpha1.NodeHealth) {
-	if nh.Spec.Exclude {
-		forgetNodeGauges(nh.Name)
-		return
-	}
-	nodeStates.set(nh.Name, nodeState{
-		phase:            nh.Status.Phase,
-		drainTimedOut:    meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition),
-		deadMemberListed: meta.IsStatusConditionTrue(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition),
-	})
-}
-
-// forgetNodeGauges removes the series of a node that is gone or no longer
-// managed, so no alert fires on a phase nobody tracks.
-func forgetNodeGauges(node string) {
-	nodeStates.forget(node)
+// forgetSuiteMeasurements removes the suite measurements of a node that is
+// gone or no longer managed, so no dashboard shows a node nobody tracks.
+func forgetSuiteMeasurements(node string) {
 	suiteMeasurement.DeletePartialMatch(prometheus.Labels{labelNode: node})
 }
 

@@ -116,7 +116,7 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		if apierrors.IsNotFound(err) {
-			forgetNodeGauges(name)
+			forgetSuiteMeasurements(name)
 			r.expect.forget(kindNode, name)
 			r.expect.forget(kindNodeHealth, name)
 			return nil, nil
@@ -131,7 +131,7 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 		return nil, err
 	}
 	if policy == nil {
-		forgetNodeGauges(node.Name) // no longer managed: no phase to alert on
+		forgetSuiteMeasurements(node.Name) // no longer managed
 		return nil, nil
 	}
 	nh, err := r.ensureNodeHealth(ctx, node)
