@@ -74,8 +74,8 @@ type Drainer struct {
 	// budgets counts, per PodDisruptionBudget, the evictions admitted
 	// since the cache last showed it changed, across every node's pass.
 	budgets *ledger
-	// perBudget spaces the evictions under each PodDisruptionBudget.
-	perBudget *budgetGates
+	// pacers spaces the evictions under each PodDisruptionBudget.
+	pacers *budgetPacers
 }
 
 // New returns a Drainer that reads and writes through c, lists and watches
@@ -84,14 +84,14 @@ type Drainer struct {
 // watch wakes a drained node; its passes still see every pod.
 func New(c client.Client, pods client.WithWatch, clk clock.PassiveClock) *Drainer {
 	return &Drainer{
-		client:    c,
-		pods:      pods,
-		clock:     clk,
-		watches:   newPodWatches(pods, clk),
-		limiter:   rate.NewLimiter(defaultEvictionsPerSecond, defaultEvictionsPerSecond),
-		inFlight:  newGate(defaultMaxConcurrentEvictions),
-		budgets:   newLedger(),
-		perBudget: newBudgetGates(),
+		client:   c,
+		pods:     pods,
+		clock:    clk,
+		watches:  newPodWatches(pods, clk),
+		limiter:  rate.NewLimiter(defaultEvictionsPerSecond, defaultEvictionsPerSecond),
+		inFlight: newGate(defaultMaxConcurrentEvictions),
+		budgets:  newLedger(),
+		pacers:   newBudgetPacers(),
 	}
 }
 
@@ -354,7 +354,7 @@ func (d *Drainer) run(ctx context.Context, tasks []task, decided []*outcome) []o
 // in-flight slot, then sends the task's request within ctx.
 func (d *Drainer) do(ctx, admitCtx context.Context, t task) outcome {
 	if t.budget != (types.NamespacedName{}) {
-		if err := d.perBudget.wait(admitCtx, t.budget); err != nil {
+		if err := d.pacers.wait(admitCtx, t.budget); err != nil {
 			return outcome{kind: outcomeDeferred, pod: t.pod}
 		}
 	}

@@ -85,9 +85,9 @@ func (g *gate) wakeLocked() {
 // race's median eviction took 200 ms and the drain finished sooner.
 const budgetSpacing = 25 * time.Millisecond
 
-// budgetGates spaces the evictions under each PodDisruptionBudget by
+// budgetPacers spaces the evictions under each PodDisruptionBudget by
 // budgetSpacing.
-type budgetGates struct {
+type budgetPacers struct {
 	mu     sync.Mutex
 	pacers map[types.NamespacedName]*rate.Limiter
 }
@@ -96,18 +96,18 @@ type budgetGates struct {
 // (a full bucket: nothing evicted under them for budgetSpacing) are dropped.
 const maxIdlePacers = 64
 
-func newBudgetGates() *budgetGates {
-	return &budgetGates{pacers: map[types.NamespacedName]*rate.Limiter{}}
+func newBudgetPacers() *budgetPacers {
+	return &budgetPacers{pacers: map[types.NamespacedName]*rate.Limiter{}}
 }
 
 // wait waits, until ctx is done, for budget's turn to start an eviction. It
 // fails at once when the turn would come after ctx's deadline.
-func (b *budgetGates) wait(ctx context.Context, budget types.NamespacedName) error {
+func (b *budgetPacers) wait(ctx context.Context, budget types.NamespacedName) error {
 	b.mu.Lock()
 	l := b.pacers[budget]
 	if l == nil {
 		if len(b.pacers) >= maxIdlePacers {
-			now := time.Now()
+			now := time.Now() // the limiters' own clock (rate.Limiter.Wait reads time.Now)
 			for k, p := range b.pacers {
 				if p.TokensAt(now) >= 1 {
 					delete(b.pacers, k)
