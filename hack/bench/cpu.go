@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -12,7 +13,27 @@ type cpuSnapshot map[string]float64
 // command name (the kernel keeps 15 characters of it).
 var cpuGroups = []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok", "gpuhealth-operator"}
 
+// operatorComm is the command name the operator binary runs under (its
+// file name, cut as the kernel cuts it), so that a binary passed with
+// -operator under another name is still the operator's group.
+var operatorComm string
+
+// setOperatorBinary records the command name of the operator binary at path.
+func setOperatorBinary(path string) {
+	if path == "" {
+		operatorComm = ""
+		return
+	}
+	operatorComm = filepath.Base(path)
+	if len(operatorComm) > 15 {
+		operatorComm = operatorComm[:15]
+	}
+}
+
 func cpuGroup(comm string) string {
+	if comm == operatorComm {
+		return "gpuhealth-operator"
+	}
 	for _, g := range cpuGroups {
 		if strings.HasPrefix(comm, g) || (len(comm) >= 4 && strings.HasPrefix(g, comm)) {
 			return g

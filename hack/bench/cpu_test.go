@@ -20,6 +20,12 @@ func TestCPUGroups(t *testing.T) {
 			t.Errorf("cpuGroup(%q) = %q, want %q", comm, got, want)
 		}
 	}
+	// An operator binary under another name (-operator /tmp/op-before-the-change).
+	defer setOperatorBinary("")
+	setOperatorBinary("/tmp/op-before-the-change")
+	if got := cpuGroup("op-before-the-c"); got != "gpuhealth-operator" {
+		t.Errorf("the renamed operator binary is in group %q", got)
+	}
 }
 
 func TestCPUSnapshots(t *testing.T) {

@@ -185,6 +185,7 @@ func run(ctx context.Context, o options) error {
 	} else if st.IsDir() {
 		return fmt.Errorf("operator binary %s is a directory", o.operatorBin)
 	}
+	setOperatorBinary(o.operatorBin)
 
 	var table string
 	if o.drain {
