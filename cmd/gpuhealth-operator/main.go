@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -50,6 +51,7 @@ func run() error {
 		pprofAddr      string
 		leaderElect    bool
 		leaderElection string
+		memLimitRatio  float64
 		o              options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
@@ -66,10 +68,19 @@ func run() error {
 	flag.Float64Var(&o.qps, "kube-api-qps", 20, "Requests per second to the apiserver, sustained (client-side rate limit).")
 	flag.IntVar(&o.burst, "kube-api-burst", 30, "Requests to the apiserver allowed in a burst above --kube-api-qps.")
 	flag.DurationVar(&o.cdDiscovery, "compute-domain-discovery-interval", computedomain.DefaultPollInterval, "How often to ask the apiserver whether NVIDIA's ComputeDomain CRDs (and which of their kinds) are served; a driver installed, upgraded or removed later is noticed within this time.")
+	flag.Float64Var(&memLimitRatio, "memory-limit-ratio", 0.9, "The Go runtime's soft memory limit as a share of the container's memory limit ("+memoryLimitEnv+", bytes, which the chart passes from limits.memory): near it the garbage collector runs more often rather than let the process reach the OOM kill; 0 turns it off, and GOMEMLIMIT, when set, wins.")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	memLimit, err := softMemoryLimit(os.Getenv, memLimitRatio)
+	if err != nil {
+		return err
+	}
+	if memLimit > 0 {
+		debug.SetMemoryLimit(memLimit)
+		ctrl.Log.WithName("setup").Info("Soft memory limit set", "bytes", memLimit, "ratio", memLimitRatio, "containerLimit", os.Getenv(memoryLimitEnv))
+	}
 	if o.cdDiscovery <= 0 {
 		return fmt.Errorf("--compute-domain-discovery-interval must be positive, got %s", o.cdDiscovery)
 	}
