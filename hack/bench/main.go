@@ -64,6 +64,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/resource"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
@@ -93,6 +94,9 @@ type options struct {
 	drainNodes      int
 	drainPods       int
 	operatorArgs    string
+	// operatorMemLimit is the container memory limit the operator is told
+	// of (bytes; 0: none), as the chart passes resources.limits.memory.
+	operatorMemLimit float64
 }
 
 func main() {
@@ -116,6 +120,8 @@ func main() {
 	flag.BoolVar(&o.build, "build", true, "Run 'make build-operator' first (a no-op when the binary is up to date).")
 	flag.StringVar(&o.controlPlane, "controlplane", "", "Directory of kwokctl, kwok, etcd and kube-* binaries (default: the last line of hack/controlplane.sh).")
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "Extra flags for the operator, space-separated (e.g. \"--storm-quiet=0\" to compare a setting side by side).")
+	var memLimit string
+	flag.StringVar(&memLimit, "operator-memory-limit", "", "Tell the operator it runs under this container memory limit (e.g. 200Mi), as the chart does from resources.limits.memory; its soft memory limit is then --memory-limit-ratio (0.9) of it. Empty: no limit, the Go runtime's default.")
 	flag.BoolVar(&o.backlog, "backlog", true, "Also measure the backlog case on N fresh nodes: N events created with the operator stopped, then the operator started.")
 	flag.BoolVar(&o.drain, "drain", false, "Run the drain race instead: gpuhealth (the sample policy's eviction limits, then raised ones) against kubectl drain -l, each on its own fresh node set.")
 	flag.IntVar(&o.drainNodes, "drain-nodes", 20, "Nodes drained in each set of the drain race (as many spare nodes take the replacements).")
@@ -129,6 +135,14 @@ func main() {
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
+	}
+	if memLimit != "" {
+		q, err := resource.ParseQuantity(memLimit)
+		if err != nil || q.Sign() <= 0 {
+			fmt.Fprintf(os.Stderr, "bench: -operator-memory-limit: %q is not a positive memory size\n", memLimit)
+			os.Exit(2)
+		}
+		o.operatorMemLimit = q.AsApproximateFloat64()
 	}
 	for _, f := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -375,11 +389,22 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 
 	// 3. The burst, and the writes it took.
 	logf("burst: creating %d NodeHealthEvents at once", len(nodes))
-	if err := h.burst(ctx, op, nodes, res); err != nil {
+	stopSampling := sampleMemory(ctx, op, 250*time.Millisecond)
+	err = h.burst(ctx, op, nodes, res)
+	res.MemBurst = stopSampling()
+	res.MemBurst.Limit = o.operatorMemLimit
+	if err != nil {
 		return nil, err
 	}
-	logf("burst: %d nodes cordoned in %s (%.2fx raw)", len(nodes), res.Operator.Round(time.Millisecond), res.ratio())
+	logf("burst: %d nodes cordoned in %s (%.2fx raw); the operator's RSS peaked at %.0f MiB (%.0f MiB of heap allocated at the nearest read)",
+		len(nodes), res.Operator.Round(time.Millisecond), res.ratio(), res.MemBurst.PeakRSS/mib, res.MemBurst.Peak.HeapAlloc/mib)
 	_, res.RSSPeak = takeRSS()
+	if o.heapProfile != "" {
+		ext := filepath.Ext(o.heapProfile)
+		if err := writeHeapProfile(ctx, op, &o, strings.TrimSuffix(o.heapProfile, ext)+"-burst"+ext); err != nil {
+			return nil, err
+		}
+	}
 
 	// 4. Single-event latency on fresh nodes.
 	if o.latencySamples > 0 {

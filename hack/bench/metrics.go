@@ -156,7 +156,7 @@ type sample struct {
 // parseSamples returns the samples of one metric from Prometheus text,
 // parsed by expfmt. name is a series name as the text writes it: a
 // histogram's buckets are name_bucket with their le label, as its
-// _count and _sum are.
+// _count and _sum are (and a summary's).
 func parseSamples(text []byte, name string) ([]sample, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(bytes.NewReader(text))
@@ -196,6 +196,13 @@ func parseSamples(text []byte, name string) ([]sample, error) {
 					out = append(out, sample{labels(), float64(h.GetSampleCount()) + h.GetSampleCountFloat()})
 				case base + "_sum":
 					out = append(out, sample{labels(), h.GetSampleSum()})
+				}
+			case mf.GetType() == dto.MetricType_SUMMARY && m.GetSummary() != nil:
+				switch name {
+				case mf.GetName() + "_count":
+					out = append(out, sample{labels(), float64(m.GetSummary().GetSampleCount())})
+				case mf.GetName() + "_sum":
+					out = append(out, sample{labels(), m.GetSummary().GetSampleSum()})
 				}
 			case mf.GetName() != name:
 			case m.GetCounter() != nil:

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/expfmt"
 )
 
 const apiserverText = `# HELP apiserver_request_total [STABLE] Counter of apiserver requests.
@@ -139,5 +145,39 @@ apiserver_request_total{code="409",component="apiserver",dry_run="",group="polic
 	}
 	if q := (evictionStats{latency: map[float64]float64{}}).quantile(0.5); q != 0 {
 		t.Errorf("no evictions: p50 = %v, want 0", q)
+	}
+}
+
+// TestParseMemSample reads the runtime's series from what client_golang's
+// Go collector (the one every controller-runtime process registers)
+// actually writes, a summary among them.
+func TestParseMemSample(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	runtime.GC()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, mf := range families {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := parseMemSample(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if s.GCs < 1 || s.HeapAlloc <= 0 || s.HeapInuse < s.HeapAlloc/2 || s.NextGC <= 0 || s.Stack <= 0 || s.HeapIdle < s.HeapReleased || s.SoftLimit < 1<<62 {
+		t.Errorf("parsed %+v from the Go collector", s)
+	}
+	if s.GCs > float64(ms.NumGC) {
+		t.Errorf("GCs = %v, more than the runtime's %d", s.GCs, ms.NumGC)
+	}
+	if _, err := parseMemSample([]byte("go_memstats_heap_alloc_bytes 1\n")); err == nil {
+		t.Error("want an error when a series is missing")
 	}
 }

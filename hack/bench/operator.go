@@ -19,6 +19,10 @@ import (
 	"time"
 )
 
+// memoryLimitEnv is where the operator reads its container's memory limit
+// (the chart fills it from resources.limits.memory).
+const memoryLimitEnv = "GPUHEALTH_MEMORY_LIMIT"
+
 // operator is the gpuhealth-operator child process.
 type operator struct {
 	cmd        *exec.Cmd
@@ -78,9 +82,12 @@ func startOperator(ctx context.Context, cancel context.CancelCauseFunc, h *harne
 	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "KUBECONFIG=") {
+		if !strings.HasPrefix(e, "KUBECONFIG=") && !strings.HasPrefix(e, memoryLimitEnv+"=") {
 			cmd.Env = append(cmd.Env, e)
 		}
+	}
+	if h.o.operatorMemLimit > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%.0f", memoryLimitEnv, h.o.operatorMemLimit))
 	}
 	setProcAttrs(cmd)
 	op := &operator{

@@ -92,6 +92,9 @@ type results struct {
 	// burst, latency and detection phases, RSSEnd and RSSBacklogPeak the
 	// same at the end (after the backlog, with the restarted operator).
 	RSSIdle, RSSPeak, RSSEnd, RSSBacklogPeak map[string]float64
+	// MemBurst is the operator's memory sampled through the burst, from
+	// the first create until every NodeHealth is Quarantined.
+	MemBurst memProfile
 
 	// OperatorLog is the operator's log file; OperatorErrors counts its
 	// error lines (the first is OperatorErrorSample), less the

@@ -57,6 +57,21 @@ func takeRSS() (now, peak map[string]float64) {
 	return now, peak
 }
 
+// processRSS returns one process's resident memory (VmRSS) in bytes, 0
+// when it cannot be read.
+func processRSS(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == "VmRSS" {
+			return kib(v)
+		}
+	}
+	return 0
+}
+
 // kib parses a /proc/<pid>/status size ("  123456 kB") into bytes.
 func kib(v string) float64 {
 	f := strings.Fields(v)

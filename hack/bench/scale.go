@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -52,6 +53,28 @@ func (r *results) scaleMarkdown(p func(string, ...any)) {
 		}
 		p("")
 		p("RSS is VmRSS summed over a group's processes; the peak is the largest process's VmHWM; the end is after the backlog, with the restarted operator (its peak: %.0f MiB).", r.RSSBacklogPeak["gpuhealth-operator"]/mib)
+		p("")
+	}
+	if m := r.MemBurst; m.Samples > 0 {
+		pk := m.Peak
+		limit := "none"
+		if m.Limit > 0 {
+			limit = fmt.Sprintf("container limit %.0f MiB", m.Limit/mib)
+		}
+		if pk.SoftLimit > 0 && pk.SoftLimit < math.MaxInt64/2 {
+			limit += fmt.Sprintf(", the runtime's soft limit %.0f MiB", pk.SoftLimit/mib)
+		}
+		p("| The operator's memory in the burst (RSS read %d times, every 250 ms; the runtime's statistics %d times, at a new RSS high, at most every %s; memory limit: %s) | MiB |", m.Samples, m.Scrapes, dur(scrapeEvery), limit)
+		p("|---|---:|")
+		p("| RSS at its largest (%s into the burst) | %.0f |", dur(m.PeakAt), m.PeakRSS/mib)
+		p("| RSS at the read of the runtime's statistics nearest it (%s into the burst) | %.0f |", dur(pk.At), pk.RSS/mib)
+		p("| … Go heap allocated then: live objects and garbage not yet collected | %.0f |", pk.HeapAlloc/mib)
+		p("| … heap spans in use | %.0f |", pk.HeapInuse/mib)
+		p("| … heap kept mapped, not in use and not returned to the kernel | %.0f |", (pk.HeapIdle-pk.HeapReleased)/mib)
+		p("| … goroutine stacks | %.0f |", pk.Stack/mib)
+		p("| … the GC's goal then (the heap at which the running cycle ends) | %.0f |", pk.NextGC/mib)
+		p("| largest heap allocated at any read · largest GC goal | %.0f · %.0f |", m.MaxAlloc/mib, m.MaxGoal/mib)
+		p("| garbage collections in the burst | %.0f |", m.GCs)
 		p("")
 	}
 	if len(r.Detect) > 0 {
