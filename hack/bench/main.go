@@ -115,7 +115,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "Deadline of each wait (cluster start, nodes, steady state, burst, each latency sample); a wait that reports progress (nodes Ready, pods Running) restarts it at each step.")
 	flag.StringVar(&o.out, "out", "", "Also write the Markdown tables to this file.")
 	flag.StringVar(&o.plot, "plot", "", "Draw the scale curve (time and memory against N) into this PNG (with more than one -nodes size).")
-	flag.StringVar(&o.heapProfile, "heap-profile", "", "Write the operator's heap profile at steady state (after the idle window) to this file, for go tool pprof; with several -nodes sizes, N is appended to the name.")
+	flag.StringVar(&o.heapProfile, "heap-profile", "", "Write the operator's heap profile at steady state (after the idle window) to this file, for go tool pprof, and two more beside it: FILE-burst after the burst, FILE-peak as the heap stood (no collection forced) at the burst's highest RSS; with several -nodes sizes, N is appended to the names.")
 	flag.StringVar(&o.operatorBin, "operator", "_output/bin/gpuhealth-operator", "Operator binary, relative to the repository root.")
 	flag.BoolVar(&o.build, "build", true, "Run 'make build-operator' first (a no-op when the binary is up to date).")
 	flag.StringVar(&o.controlPlane, "controlplane", "", "Directory of kwokctl, kwok, etcd and kube-* binaries (default: the last line of hack/controlplane.sh).")
@@ -401,8 +401,14 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 	_, res.RSSPeak = takeRSS()
 	if o.heapProfile != "" {
 		ext := filepath.Ext(o.heapProfile)
-		if err := writeHeapProfile(ctx, op, &o, strings.TrimSuffix(o.heapProfile, ext)+"-burst"+ext); err != nil {
+		base := strings.TrimSuffix(o.heapProfile, ext)
+		if err := writeHeapProfile(ctx, op, &o, base+"-burst"+ext); err != nil {
 			return nil, err
+		}
+		if prof := res.MemBurst.PeakHeapProfile; prof != nil {
+			if err := saveProfile(&o, base+"-peak"+ext, prof); err != nil {
+				return nil, err
+			}
 		}
 	}
 

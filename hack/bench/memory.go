@@ -70,6 +70,8 @@ type memProfile struct {
 	MaxAlloc float64
 	MaxGoal  float64
 	GCs      float64 // collections between the first and the last read
+	// PeakHeapProfile is the operator's heap profile read with Peak.
+	PeakHeapProfile []byte
 	// Limit is the container memory limit the operator was told of (0:
 	// none).
 	Limit float64
@@ -129,6 +131,11 @@ func sampleMemory(ctx context.Context, op *operator, interval time.Duration) (st
 		}
 		if s, ok := scrape(); ok {
 			prof.Peak = s
+			// The heap as the last collection left it (no collection is
+			// forced): what is live near the peak.
+			if b, err := op.get(ctx, op.pprofURL+"/heap", "heap profile"); err == nil {
+				prof.PeakHeapProfile = b
+			}
 		}
 	}
 	done := make(chan struct{})

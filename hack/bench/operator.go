@@ -296,13 +296,19 @@ func logTime(raw json.RawMessage) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// writeHeapProfile saves the operator's heap profile to path; with several
-// -nodes sizes, "-N" goes before the extension.
+// writeHeapProfile saves the operator's heap profile, after a collection,
+// to path.
 func writeHeapProfile(ctx context.Context, op *operator, o *options, path string) error {
 	prof, err := op.heapProfile(ctx)
 	if err != nil {
 		return err
 	}
+	return saveProfile(o, path, prof)
+}
+
+// saveProfile writes a heap profile of the operator to path; with several
+// -nodes sizes, "-N" goes before the extension.
+func saveProfile(o *options, path string, prof []byte) error {
 	if len(o.sizes) > 1 {
 		ext := filepath.Ext(path)
 		path = fmt.Sprintf("%s-%d%s", strings.TrimSuffix(path, ext), o.nodes, ext)
