@@ -53,17 +53,23 @@ func TestThrottledGPUCycle(t *testing.T) {
 	g.Expect(e.Status.Classification.Rule).To(Equal("slow-gpu"))
 	quarantinedAfter := time.Since(start)
 
+	// The fence comes before the write-up: the phase may still read
+	// Healthy while the node is already cordoned.
+	cycle := func(g Gomega) []gpuhealthv1alpha1.NodeHealthPhase {
+		var out []gpuhealthv1alpha1.NodeHealthPhase
+		for _, h := range nodeHealth(g, node).Status.History {
+			if !h.Time.Time.Before(start.Truncate(time.Second)) {
+				out = append(out, h.To)
+			}
+		}
+		return out
+	}
+	g.Eventually(cycle).Should(ContainElement(gpuhealthv1alpha1.PhaseQuarantined), "the quarantine written up")
 	g.Eventually(phase(node), time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	g.Expect(throttled(g).Status.Resolved).To(BeTrue(), "back only once the throttle ended")
 	g.Eventually(func(g Gomega) bool { return quarantined(g, node) }).Should(BeFalse())
 	g.Expect(jobs(g, node, job.Recertification)).To(HaveLen(recerts+1), "one recertification")
-	var cycle []gpuhealthv1alpha1.NodeHealthPhase
-	for _, h := range nodeHealth(g, node).Status.History {
-		if !h.Time.Time.Before(start.Truncate(time.Second)) {
-			cycle = append(cycle, h.To)
-		}
-	}
-	g.Expect(cycle).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{
+	g.Expect(cycle(g)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{
 		gpuhealthv1alpha1.PhaseQuarantined, gpuhealthv1alpha1.PhaseDraining, gpuhealthv1alpha1.PhaseRecertifying, gpuhealthv1alpha1.PhaseHealthy,
 	}), "one cycle since the throttle, each transition once")
 	t.Logf("throttle at +1s, quarantined by +%s, Healthy again by +%s", quarantinedAfter.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
