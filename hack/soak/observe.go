@@ -110,6 +110,30 @@ func (o *observer) start(ctx context.Context, c *framework.Cluster) error {
 	return nil
 }
 
+// catchUp lays the NodeHealths and Events the apiserver holds now over
+// what the informers saw. After an apiserver outage a reflector lists
+// again only when its backoff lets it, which can be most of a minute
+// later; the end checks must judge the state the apiserver holds, not an
+// informer's lagging view of it. Both handlers merge, so what was seen
+// before is kept.
+func (o *observer) catchUp(ctx context.Context, c client.Reader) error {
+	var nhs gpuhealthv1alpha1.NodeHealthList
+	if err := c.List(ctx, &nhs); err != nil {
+		return fmt.Errorf("listing NodeHealths: %w", err)
+	}
+	var events eventsv1.EventList
+	if err := c.List(ctx, &events); err != nil {
+		return fmt.Errorf("listing Events: %w", err)
+	}
+	for i := range nhs.Items {
+		o.onNodeHealth(&nhs.Items[i])
+	}
+	for i := range events.Items {
+		o.onEvent(&events.Items[i])
+	}
+	return nil
+}
+
 func (o *observer) onNodeHealth(obj any) {
 	nh, ok := obj.(*gpuhealthv1alpha1.NodeHealth)
 	if !ok {

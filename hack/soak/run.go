@@ -397,6 +397,12 @@ func (c *chaos) settleAndCheck(ctx context.Context, o options) ([]breach, *repor
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	if err := framework.Poll(ctx, time.Minute, func() (bool, string) {
+		err := c.obs.catchUp(ctx, c.env.Cluster.Client)
+		return err == nil, fmt.Sprint(err)
+	}); err != nil {
+		return nil, nil, err
+	}
 	fb, counts := c.obs.final()
 	breaches = append(fb, breaches...)
 
