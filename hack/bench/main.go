@@ -389,10 +389,9 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 
 	// 3. The burst, and the writes it took.
 	logf("burst: creating %d NodeHealthEvents at once", len(nodes))
-	stopSampling := sampleMemory(ctx, op, 250*time.Millisecond)
+	stopSampling := sampleMemory(ctx, op, 250*time.Millisecond, o.operatorMemLimit, o.heapProfile != "")
 	err = h.burst(ctx, op, nodes, res)
 	res.MemBurst = stopSampling()
-	res.MemBurst.Limit = o.operatorMemLimit
 	if err != nil {
 		return nil, err
 	}

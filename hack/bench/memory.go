@@ -86,17 +86,19 @@ const scrapeEvery = 2 * time.Second
 
 // sampleMemory reads the operator's RSS every interval, and its runtime's
 // statistics as scrapeEvery allows, until stop is called, which returns
-// what it saw. A failed read is skipped: the process is busy, and the next
-// one counts.
-func sampleMemory(ctx context.Context, op *operator, interval time.Duration) (stop func() memProfile) {
+// what it saw. With heapProfile it also keeps the heap profile read with
+// the statistics nearest the peak. limit is the container memory limit
+// the operator was told of, for the report. A failed read is skipped: the
+// process is busy, and the next one counts.
+func sampleMemory(ctx context.Context, op *operator, interval time.Duration, limit float64, heapProfile bool) (stop func() memProfile) {
 	ctx, cancel := context.WithCancel(ctx)
 	var (
-		prof        memProfile
+		prof        = memProfile{Limit: limit}
 		first, last memSample
 		lastScrape  time.Time
 	)
 	start := time.Now()
-	scrape := func() (memSample, bool) {
+	scrape := func(ctx context.Context) (memSample, bool) {
 		text, err := op.get(ctx, op.metricsURL, "metrics")
 		if err != nil {
 			return memSample{}, false
@@ -129,8 +131,12 @@ func sampleMemory(ctx context.Context, op *operator, interval time.Duration) (st
 		if time.Since(lastScrape) < scrapeEvery {
 			return
 		}
-		if s, ok := scrape(); ok {
-			prof.Peak = s
+		s, ok := scrape(ctx)
+		if !ok {
+			return
+		}
+		prof.Peak = s
+		if heapProfile {
 			// The heap as the last collection left it (no collection is
 			// forced): what is live near the peak.
 			if b, err := op.get(ctx, op.pprofURL+"/heap", "heap profile"); err == nil {
@@ -158,13 +164,7 @@ func sampleMemory(ctx context.Context, op *operator, interval time.Duration) (st
 		// One last read for the collections counted, on a context of its own.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if text, err := op.get(ctx, op.metricsURL, "metrics"); err == nil {
-			if s, err := parseMemSample(text); err == nil {
-				last = s
-				prof.MaxAlloc = max(prof.MaxAlloc, s.HeapAlloc)
-				prof.MaxGoal = max(prof.MaxGoal, s.NextGC)
-			}
-		}
+		scrape(ctx)
 		prof.GCs = last.GCs - first.GCs
 		return prof
 	}

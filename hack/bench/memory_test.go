@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/pprof"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// TestSampleMemory runs the sampler against this test process, served as
+// the operator serves itself: the Go collector on /metrics and Go's heap
+// profile under /debug/pprof.
+func TestSampleMemory(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the RSS is read from /proc")
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	var heapReads atomic.Int32
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/heap", func(w http.ResponseWriter, r *http.Request) {
+		heapReads.Add(1)
+		pprof.Handler("heap").ServeHTTP(w, r)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	self, err := os.FindProcess(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := &operator{cmd: &exec.Cmd{Process: self}, metricsURL: srv.URL + "/metrics", pprofURL: srv.URL + "/debug/pprof"}
+
+	for _, wantProfile := range []bool{false, true} {
+		heapReads.Store(0)
+		stop := sampleMemory(context.Background(), op, 10*time.Millisecond, 200<<20, wantProfile)
+		// Grow the resident set so that the RSS reaches a high while sampled.
+		keep := make([][]byte, 0, 64)
+		for range 20 {
+			b := make([]byte, 1<<20)
+			for i := range b {
+				b[i] = 1
+			}
+			keep = append(keep, b)
+			time.Sleep(5 * time.Millisecond)
+		}
+		runtime.GC()
+		time.Sleep(50 * time.Millisecond)
+		p := stop()
+		runtime.KeepAlive(keep)
+
+		if p.Samples < 5 || p.PeakRSS <= 0 || p.PeakAt <= 0 {
+			t.Errorf("profile %+v: want several RSS readings and a peak", p)
+		}
+		// The first high is scraped; the rest come within scrapeEvery; the
+		// final read adds one.
+		if p.Scrapes != 2 || p.Peak.HeapAlloc <= 0 || p.Peak.RSS <= 0 || p.MaxGoal < p.Peak.NextGC {
+			t.Errorf("profile %+v: want the statistics read at the first high and at the end", p)
+		}
+		if p.GCs < 1 {
+			t.Errorf("GCs = %v, want the forced collection counted", p.GCs)
+		}
+		if p.Limit != 200<<20 {
+			t.Errorf("Limit = %v, want the limit passed in", p.Limit)
+		}
+		if got := heapReads.Load() > 0 || p.PeakHeapProfile != nil; got != wantProfile {
+			t.Errorf("heap profile read: %v (%d reads), want %v", got, heapReads.Load(), wantProfile)
+		}
+	}
+}
