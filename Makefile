@@ -34,7 +34,7 @@ MODFILES := go.mod go.sum
 GO_TEST_FLAGS ?= -count=1
 IMAGE_TAG ?= dev
 OUTPUT ?= $(CURDIR)/_output
-# The operator's metrics as make e2e records them (hack/recording's format),
+# The operator's metrics as make e2e records them (internal/test/recording's format),
 # and what make dashboard-png draws from them.
 E2E_METRICS ?= $(OUTPUT)/e2e/operator-metrics.txt
 DASHBOARD_PNG ?= docs/dashboard.png

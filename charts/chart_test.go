@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpuhealth/gpuhealth/hack/testenv"
+	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
 	"github.com/gpuhealth/gpuhealth/monitors/agent"
 )
 

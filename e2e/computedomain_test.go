@@ -19,7 +19,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/e2e/framework"
-	"github.com/gpuhealth/gpuhealth/hack/testenv"
+	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 

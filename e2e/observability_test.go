@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/rules"
 
-	"github.com/gpuhealth/gpuhealth/hack/promcheck"
+	"github.com/gpuhealth/gpuhealth/internal/test/promcheck"
 )
 
 // TestShippedQueriesReadTheRealMetrics runs last, after the scenarios: it

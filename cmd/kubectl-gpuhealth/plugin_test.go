@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
-	"github.com/gpuhealth/gpuhealth/hack/testenv"
+	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 

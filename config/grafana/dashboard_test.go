@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/prometheus/rules"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpuhealth/gpuhealth/hack/promcheck"
+	"github.com/gpuhealth/gpuhealth/internal/test/promcheck"
 )
 
 // file is the dashboard, as the kustomization names it.

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/rules"
 
-	"github.com/gpuhealth/gpuhealth/hack/promcheck"
+	"github.com/gpuhealth/gpuhealth/internal/test/promcheck"
 )
 
 // loadRules reads the PrometheusRule's alerts and validates its spec as

@@ -24,7 +24,7 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/cachetrim"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
-	"github.com/gpuhealth/gpuhealth/hack/testenv"
+	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 

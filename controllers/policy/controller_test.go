@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
-	"github.com/gpuhealth/gpuhealth/hack/testenv"
+	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
 )
 
 var k8sClient client.Client

@@ -10,12 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuhealth/gpuhealth/hack/recording"
+	"github.com/gpuhealth/gpuhealth/internal/test/recording"
 )
 
 // MetricsRecorder scrapes a /metrics endpoint every interval in its own
 // goroutine and appends the samples of its gpuhealth_ families to a file as
-// it goes, in hack/recording's format (`<unix-ms> <series> <value>` per
+// it goes, in internal/test/recording's format (`<unix-ms> <series> <value>` per
 // sample, `<unix-ms> up 1|0` after each scrape), flushed after every
 // scrape so the file is usable while the suite runs. hack/dashboard draws
 // it. A scrape that fails (the process restarting) is recorded as `up 0`.

@@ -12,7 +12,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/gpuhealth/gpuhealth/hack/recording"
+	"github.com/gpuhealth/gpuhealth/internal/test/recording"
 )
 
 // TestMetricsRecorderRecordsScrapesAndFailures: the recorder keeps the

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/gpuhealth/gpuhealth/hack/promcheck"
-	"github.com/gpuhealth/gpuhealth/hack/recording"
+	"github.com/gpuhealth/gpuhealth/internal/test/promcheck"
+	"github.com/gpuhealth/gpuhealth/internal/test/recording"
 )
 
 // writeRecording writes a recording of minutes minutes, a scrape every 10

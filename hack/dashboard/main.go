@@ -1,6 +1,6 @@
 // Command dashboard draws a row of the Grafana dashboard
 // (config/grafana/gpuhealth-dashboard.json, the Goodput row by default)
-// from a metrics recording (hack/recording; the end-to-end suite records
+// from a metrics recording (internal/test/recording; the end-to-end suite records
 // the operator's), without Prometheus or Grafana: it loads the recorded
 // scrapes into a Prometheus TSDB as a scrape loop would, evaluates the
 // recording rules of config/prometheus/rules.yaml over the run at the

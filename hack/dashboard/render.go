@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 
-	"github.com/gpuhealth/gpuhealth/hack/promcheck"
-	"github.com/gpuhealth/gpuhealth/hack/recording"
+	"github.com/gpuhealth/gpuhealth/internal/test/promcheck"
+	"github.com/gpuhealth/gpuhealth/internal/test/recording"
 )
 
 // options are one drawing's inputs.

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gpuhealth/gpuhealth/hack/testenv"
+	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
 )
 
 var (

@@ -7,7 +7,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gpuhealth/gpuhealth/hack/testenv"
+	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
 )
 
 // The tests talk to a real kube-apiserver and etcd (envtest), so merge
