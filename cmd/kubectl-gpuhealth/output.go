@@ -124,7 +124,9 @@ func orNone(s string) string {
 	return s
 }
 
-// truncate cuts s to n runes with an ellipsis, for table cells.
+// truncate cuts s to n runes with an ellipsis, for table cells. It counts
+// runes, roughly the columns a terminal gives them, where
+// gpuhealthv1alpha1.Truncate counts the bytes a stored field may hold.
 func truncate(s string, n int) string {
 	r := []rune(s)
 	if len(r) <= n {

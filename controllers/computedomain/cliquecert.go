@@ -234,7 +234,7 @@ func (r *FabricReconciler) judgeClique(ctx context.Context, spec *gpuhealthv1alp
 	if j.Annotations == nil {
 		j.Annotations = map[string]string{}
 	}
-	j.Annotations[job.VerdictAnnotation] = truncate(verdict, 1024)
+	j.Annotations[job.VerdictAnnotation] = gpuhealthv1alpha1.Truncate(verdict, 1024)
 	if err := r.Client.Patch(ctx, j, patch); err != nil {
 		return false, "", fmt.Errorf("recording the verdict on job %s/%s: %w", j.Namespace, j.Name, err)
 	}
@@ -330,11 +330,4 @@ func (r *FabricReconciler) healthyNodes(ctx context.Context, nodes []corev1.Node
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

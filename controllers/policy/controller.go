@@ -268,7 +268,7 @@ func (r *Reconciler) mirrorBreaker(p *gpuhealthv1alpha1.RemediationPolicy, manag
 		since = now
 	}
 	p.Status.CircuitBreaker = &gpuhealthv1alpha1.CircuitBreakerStatus{
-		State: want, Since: &since, QuarantinesInWindow: int32(st.InWindow), Message: truncate(st.Message, 512),
+		State: want, Since: &since, QuarantinesInWindow: int32(st.InWindow), Message: gpuhealthv1alpha1.Truncate(st.Message, 512),
 		LastReset: r.Breaker.LastReset(p.Name),
 	}
 }
@@ -285,13 +285,6 @@ func (r *Reconciler) breakerEvent(before, p *gpuhealthv1alpha1.RemediationPolicy
 		eventType = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(p, nil, eventType, gpuhealthv1alpha1.ReasonCircuitBreakerOpen, "CircuitBreaker", "circuit breaker %s", cb.Message)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // budgetEvent publishes one Event on the policy when nodes start waiting

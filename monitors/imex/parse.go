@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
 
 // DaemonReady is the state `nvidia-imex-ctl -q` prints when the local IMEX
@@ -49,18 +51,18 @@ func isNotConfigured(out []byte) bool {
 // longer than 40 characters) is an error wrapping ErrMalformed.
 func ParseDaemonStatus(out []byte) (string, error) {
 	if isNotConfigured(out) {
-		return "", fmt.Errorf("%w: %q", ErrNotConfigured, truncate(string(bytes.TrimSpace(out))))
+		return "", fmt.Errorf("%w: %q", ErrNotConfigured, excerpt(string(bytes.TrimSpace(out))))
 	}
 	s := string(bytes.TrimSpace(out))
 	if s == "" {
 		return "", fmt.Errorf("%w: empty daemon status", ErrMalformed)
 	}
 	if len(s) > maxStateLength {
-		return "", fmt.Errorf("%w: daemon status %q is longer than %d characters", ErrMalformed, truncate(s), maxStateLength)
+		return "", fmt.Errorf("%w: daemon status %q is longer than %d characters", ErrMalformed, excerpt(s), maxStateLength)
 	}
 	for _, c := range s {
 		if !isWordChar(c) {
-			return "", fmt.Errorf("%w: daemon status %q is not one word", ErrMalformed, truncate(s))
+			return "", fmt.Errorf("%w: daemon status %q is not one word", ErrMalformed, excerpt(s))
 		}
 	}
 	if c := s[0]; c >= '0' && c <= '9' {
@@ -152,7 +154,7 @@ func (d DomainStatus) ReadyNodes() int {
 func ParseDomainStatus(out []byte) (DomainStatus, error) {
 	trimmed := bytes.TrimSpace(out)
 	if len(trimmed) > 0 && trimmed[0] != '{' && isNotConfigured(trimmed) {
-		return DomainStatus{}, fmt.Errorf("%w: %q", ErrNotConfigured, truncate(string(trimmed)))
+		return DomainStatus{}, fmt.Errorf("%w: %q", ErrNotConfigured, excerpt(string(trimmed)))
 	}
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return DomainStatus{}, fmt.Errorf("%w: domain status is not a JSON object", ErrMalformed)
@@ -171,7 +173,7 @@ func ParseDomainStatus(out []byte) (DomainStatus, error) {
 		switch state {
 		case DomainUp, DomainDown, DomainDegraded:
 		default:
-			return DomainStatus{}, fmt.Errorf("%w: unknown domain status %q", ErrMalformed, truncate(*raw.Status))
+			return DomainStatus{}, fmt.Errorf("%w: unknown domain status %q", ErrMalformed, excerpt(*raw.Status))
 		}
 		// The overall status is what we judge; node entries are detail
 		// for the message, so a change in their shape costs nothing.
@@ -258,11 +260,12 @@ func indexLess(a, b string) bool {
 	return a < b
 }
 
-// truncate shortens text quoted in errors and messages.
-func truncate(s string) string {
+// excerpt shortens text quoted in errors and messages; "…" marks a cut,
+// which never splits a rune.
+func excerpt(s string) string {
 	const limit = 64
-	if len(s) <= limit {
-		return s
+	if t := gpuhealthv1alpha1.Truncate(s, limit); t != s {
+		return t + "…"
 	}
-	return s[:limit] + "…"
+	return s
 }

@@ -612,7 +612,7 @@ func domainMessage(d DomainStatus) string {
 		if status == "" {
 			status = "no status"
 		}
-		notReady = append(notReady, truncate(name)+" "+truncate(status))
+		notReady = append(notReady, excerpt(name)+" "+excerpt(status))
 	}
 	if len(notReady) > 0 {
 		msg += " (" + strings.Join(notReady, ", ") + ")"
@@ -642,7 +642,7 @@ func (r *run) exec(ctx context.Context, args []string) ([]byte, error) {
 	// message decides, on either stream, whatever the exit status.
 	for _, b := range [][]byte{stdout.Bytes(), stderr.Bytes()} {
 		if isNotConfigured(b) {
-			return stdout.Bytes(), fmt.Errorf("%w: %q (%v)", ErrNotConfigured, truncate(firstLine(b)), exitOf(err))
+			return stdout.Bytes(), fmt.Errorf("%w: %q (%v)", ErrNotConfigured, excerpt(firstLine(b)), exitOf(err))
 		}
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/api/xid"
 )
 
@@ -168,18 +169,18 @@ func parseHeader(line string) (header, string, error) {
 	}
 	fields := strings.Split(prefix, ",")
 	if len(fields) < 3 {
-		return header{}, "", fmt.Errorf("%w: record prefix %q has fewer than 3 fields", ErrMalformed, truncate(prefix))
+		return header{}, "", fmt.Errorf("%w: record prefix %q has fewer than 3 fields", ErrMalformed, excerpt(prefix))
 	}
 	if _, err := strconv.ParseUint(fields[0], 10, 16); err != nil {
-		return header{}, "", fmt.Errorf("%w: record priority %q is not a number", ErrMalformed, truncate(fields[0]))
+		return header{}, "", fmt.Errorf("%w: record priority %q is not a number", ErrMalformed, excerpt(fields[0]))
 	}
 	seq, err := strconv.ParseUint(fields[1], 10, 64)
 	if err != nil {
-		return header{}, "", fmt.Errorf("%w: record sequence %q is not a number", ErrMalformed, truncate(fields[1]))
+		return header{}, "", fmt.Errorf("%w: record sequence %q is not a number", ErrMalformed, excerpt(fields[1]))
 	}
 	us, err := strconv.ParseUint(fields[2], 10, 63)
 	if err != nil || us > uint64(maxTimestamp/time.Microsecond) {
-		return header{}, "", fmt.Errorf("%w: record timestamp %q is not a number of microseconds", ErrMalformed, truncate(fields[2]))
+		return header{}, "", fmt.Errorf("%w: record timestamp %q is not a number of microseconds", ErrMalformed, excerpt(fields[2]))
 	}
 	return header{seq: seq, timestamp: time.Duration(us) * time.Microsecond}, msg, nil
 }
@@ -290,13 +291,13 @@ func parseAddress(s string) (address, error) {
 		n, err := strconv.ParseUint(val, 10, 8)
 		switch {
 		case !ok || err != nil:
-			return a, fmt.Errorf("MIG attribute %q is not NAME:number", truncate(f))
+			return a, fmt.Errorf("MIG attribute %q is not NAME:number", excerpt(f))
 		case name == "GPU-I" && a.gi < 0 && a.ci < 0:
 			a.gi = int(n)
 		case name == "GPU-CI" && a.gi >= 0 && a.ci < 0:
 			a.ci = int(n)
 		default:
-			return a, fmt.Errorf("unexpected MIG attribute %q", truncate(f))
+			return a, fmt.Errorf("unexpected MIG attribute %q", excerpt(f))
 		}
 	}
 	return a, nil
@@ -328,12 +329,12 @@ func parseAddressAndCode(rest string, maxCode int) (address, int, string, error)
 		n++
 	}
 	if n == 0 {
-		return fail(fmt.Errorf("code %q is not a number", truncate(after)))
+		return fail(fmt.Errorf("code %q is not a number", excerpt(after)))
 	}
 	// More digits than the limit has cannot be in range; stop before Atoi
 	// so that a huge number is an out-of-range error, not an overflow.
 	if n > len(strconv.Itoa(maxCode)) {
-		return fail(fmt.Errorf("code %s is over %d", truncate(after[:n]), maxCode))
+		return fail(fmt.Errorf("code %s is over %d", excerpt(after[:n]), maxCode))
 	}
 	code, _ := strconv.Atoi(after[:n])
 	if code > maxCode {
@@ -349,7 +350,7 @@ func parseAddressAndCode(rest string, maxCode int) (address, int, string, error)
 		// "79 Recommended Action=CONTACT_SUPPORT": text after a space.
 		text = strings.TrimSpace(text)
 	default:
-		return fail(fmt.Errorf("code %q is not a number", truncate(after)))
+		return fail(fmt.Errorf("code %q is not a number", excerpt(after)))
 	}
 	return a, code, text, nil
 }
@@ -393,7 +394,7 @@ func NormalizePCIBusID(s string) (string, error) {
 	case 3:
 		domainStr, busStr, slot = parts[0], parts[1], parts[2]
 	default:
-		return "", fmt.Errorf("PCI address %q is not [domain:]bus:device[.function]", truncate(orig))
+		return "", fmt.Errorf("PCI address %q is not [domain:]bus:device[.function]", excerpt(orig))
 	}
 	devStr, fnStr, hasFn := strings.Cut(slot, ".")
 	if !hasFn {
@@ -404,7 +405,7 @@ func NormalizePCIBusID(s string) (string, error) {
 	dev, err3 := parseHex(devStr, 2, 0x1f)
 	fn, err4 := parseHex(fnStr, 1, 0x7)
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return "", fmt.Errorf("PCI address %q is not [domain:]bus:device[.function]", truncate(orig))
+		return "", fmt.Errorf("PCI address %q is not [domain:]bus:device[.function]", excerpt(orig))
 	}
 	return fmt.Sprintf("%04x:%02x:%02x.%x", domain, bus, dev, fn), nil
 }
@@ -421,12 +422,13 @@ func parseHex(s string, maxDigits int, maxValue uint64) (uint64, error) {
 	return v, nil
 }
 
-// truncate shortens text quoted in errors, so that a garbage line cannot
-// make a huge error message or log entry.
-func truncate(s string) string {
+// excerpt shortens text quoted in errors, so that a garbage line cannot
+// make a huge error message or log entry; "…" marks a cut, which never
+// splits a rune.
+func excerpt(s string) string {
 	const limit = 64
-	if len(s) <= limit {
-		return s
+	if t := gpuhealthv1alpha1.Truncate(s, limit); t != s {
+		return t + "…"
 	}
-	return s[:limit] + "…"
+	return s
 }

@@ -174,17 +174,15 @@ func (r Result) TimedOutMessage() string {
 	} else {
 		fmt.Fprintf(&b, "%d pods still on the node past the drain timeout", r.TimedOut)
 	}
+	if len(r.TimedOutPods) == 0 {
+		return b.String()
+	}
+	shown := make([]string, len(r.TimedOutPods))
 	for i, p := range r.TimedOutPods {
-		if i == 0 {
-			b.WriteString(": ")
-		} else {
-			b.WriteString("; ")
-		}
-		fmt.Fprintf(&b, "%s/%s %s", p.Namespace, p.Name, p.Message)
+		shown[i] = fmt.Sprintf("%s/%s %s", p.Namespace, p.Name, p.Message)
 	}
-	if more := r.TimedOut - len(r.TimedOutPods); more > 0 && len(r.TimedOutPods) > 0 {
-		fmt.Fprintf(&b, "; and %d more", more)
-	}
+	b.WriteString(": ")
+	b.WriteString(gpuhealthv1alpha1.JoinMore(shown, r.TimedOut-len(r.TimedOutPods), "; "))
 	return b.String()
 }
 

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -163,19 +162,7 @@ func blockedMessage(err error) string {
 			}
 		}
 	}
-	return truncate(msg)
-}
-
-// truncate cuts msg to fit BlockedPod.message, at a rune boundary.
-func truncate(msg string) string {
-	if len(msg) <= maxMessageLen {
-		return msg
-	}
-	cut := maxMessageLen
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut]
+	return gpuhealthv1alpha1.Truncate(msg, maxMessageLen)
 }
 
 // blockedPod is a pod whose eviction was refused in this pass.
@@ -278,9 +265,9 @@ func (c *budgetCache) refuse(ctx context.Context, l *ledger, tasks []task) ([]*o
 			admitted[i] = &a
 			continue
 		}
-		out[i] = &outcome{kind: outcomeBlocked, pod: t.pod, message: truncate(fmt.Sprintf(
+		out[i] = &outcome{kind: outcomeBlocked, pod: t.pod, message: gpuhealthv1alpha1.Truncate(fmt.Sprintf(
 			"Cannot evict pod as it would violate the pod's disruption budget: PodDisruptionBudget %s allows %d disruptions (%d of %d desired healthy pods healthy); not sent",
-			pdb.Name, pdb.Status.DisruptionsAllowed, pdb.Status.CurrentHealthy, pdb.Status.DesiredHealthy))}
+			pdb.Name, pdb.Status.DisruptionsAllowed, pdb.Status.CurrentHealthy, pdb.Status.DesiredHealthy), maxMessageLen)}
 	}
 	return out, admitted
 }
@@ -400,7 +387,7 @@ func describeTimedOut(ctx context.Context, budgets *budgetCache, timedOut []time
 				p.Message = fmt.Sprintf("eviction refused past the %s drain timeout: %s", t.timeout, t.refusal)
 			}
 		}
-		p.Message = truncate(p.Message)
+		p.Message = gpuhealthv1alpha1.Truncate(p.Message, maxMessageLen)
 		out = append(out, p)
 	}
 	return out

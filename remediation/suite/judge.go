@@ -57,7 +57,7 @@ func judgeDCGM(output []byte, jobSucceeded bool, jobMessage string) Verdict {
 	}}
 	switch {
 	case len(r.Failures) > 0:
-		v.Message = fmt.Sprintf("%d failed: %s", len(r.Failures), joinMax(r.Failures, 3))
+		v.Message = fmt.Sprintf("%d failed: %s", len(r.Failures), gpuhealthv1alpha1.FirstN(r.Failures, 3, "; "))
 	case !jobSucceeded:
 		v.Message = fmt.Sprintf("no test failed but dcgmi did not succeed (%s)", jobMessage)
 	case r.Passed == 0:
@@ -141,17 +141,3 @@ func count(name string, n int) gpuhealthv1alpha1.Measurement {
 }
 
 func decimal(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
-
-func joinMax(s []string, n int) string {
-	out := ""
-	for i, x := range s {
-		if i == n {
-			return out + fmt.Sprintf(" and %d more", len(s)-n)
-		}
-		if i > 0 {
-			out += "; "
-		}
-		out += x
-	}
-	return out
-}
