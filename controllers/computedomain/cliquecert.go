@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
-	"github.com/gpuhealth/gpuhealth/remediation/member"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 	"github.com/gpuhealth/gpuhealth/remediation/suite"
 )
@@ -313,7 +313,7 @@ func (r *FabricReconciler) healthyNodes(ctx context.Context, nodes []corev1.Node
 	var out []string
 	for i := range nodes {
 		n := &nodes[i]
-		if n.Labels[CliqueNodeLabel] != clique || !managed[n.Name] || n.Spec.Unschedulable || !member.Ready(n) {
+		if n.Labels[CliqueNodeLabel] != clique || !managed[n.Name] || n.Spec.Unschedulable || !readiness.Node(n) {
 			continue
 		}
 		nh := &gpuhealthv1alpha1.NodeHealth{}

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
 )
 
 // The DRA driver's names, as NVIDIA's driver writes them (written here from
@@ -205,7 +207,7 @@ func (d *DRADriver) kubeletPlugin(ctx context.Context, nodes []corev1.Node, byNa
 	for i := range nodes {
 		n := &nodes[i]
 		want, have := string(prepared[n.Name]), n.Labels[DomainNodeLabel]
-		if want == have || !nodeReady(n) {
+		if want == have || !readiness.Node(n) {
 			continue
 		}
 		patch := client.MergeFrom(n.DeepCopy())
@@ -219,14 +221,8 @@ func (d *DRADriver) kubeletPlugin(ctx context.Context, nodes []corev1.Node, byNa
 	return errors.Join(errs...)
 }
 
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+// nodeReady is readiness.Node, under the name the harness's callers use.
+func nodeReady(n *corev1.Node) bool { return readiness.Node(n) }
 
 // daemonSets keeps one daemon DaemonSet per domain.
 func (d *DRADriver) daemonSets(ctx context.Context, domains map[types.UID]*domainState) error {
@@ -277,15 +273,7 @@ func (d *DRADriver) daemonSets(ctx context.Context, domains map[types.UID]*domai
 // runningDaemon says whether the daemon in pod p is up and has joined: the
 // pod runs, is Ready and has an IP.
 func runningDaemon(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil || p.Status.PodIP == "" || p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return p.DeletionTimestamp == nil && p.Status.PodIP != "" && p.Status.Phase == corev1.PodRunning && readiness.Pod(p)
 }
 
 // boundTo is the node a daemon pod is for: the node it is bound to, or,

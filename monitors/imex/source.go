@@ -15,6 +15,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
 	"github.com/gpuhealth/gpuhealth/monitors"
 )
 
@@ -386,7 +387,9 @@ func (r *run) podTarget(p *corev1.Pod) (Target, State, string) {
 	if p.Status.PodIP == "" {
 		return Target{}, StateDaemonStarting, fmt.Sprintf("daemon pod %s has no IP address yet", name)
 	}
-	if !podReady(p) && r.grace > 0 && p.Status.StartTime != nil {
+	// The driver's readiness probe for the daemon pod is
+	// "nvidia-imex-ctl -q prints READY".
+	if !readiness.Pod(p) && r.grace > 0 && p.Status.StartTime != nil {
 		if age := r.clock.Since(p.Status.StartTime.Time); age < r.grace {
 			return Target{}, StateDaemonStarting, fmt.Sprintf("daemon pod %s started %s ago and is not Ready yet; judged after %s", name, age.Round(time.Second), r.grace)
 		}

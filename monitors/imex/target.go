@@ -98,14 +98,3 @@ func daemonPod(pods []corev1.Pod, node, uid string) *corev1.Pod {
 	}
 	return best
 }
-
-// podReady reports whether the pod's Ready condition is True. The driver's
-// readiness probe for the daemon pod is "nvidia-imex-ctl -q prints READY".
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}

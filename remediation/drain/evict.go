@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
 )
 
 // maxMessageLen is the MaxLength of BlockedPod.message.
@@ -258,7 +259,7 @@ func (c *budgetCache) refuse(ctx context.Context, l *ledger, tasks []task) ([]*o
 		}
 		pdb := selecting[0]
 		tasks[i].budget = client.ObjectKeyFromObject(pdb)
-		if !podReady(t.pod) || pdb.Status.ObservedGeneration < pdb.Generation {
+		if !readiness.Pod(t.pod) || pdb.Status.ObservedGeneration < pdb.Generation {
 			continue
 		}
 		if a, ok := l.admit(pdb); ok {
@@ -335,16 +336,6 @@ func selects(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
 		return false
 	}
 	return sel.Matches(labels.Set(pod.Labels))
-}
-
-// podReady says whether pod's Ready condition is true.
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // describeBlocked returns the first maxBlockedPods of blocked, sorted by

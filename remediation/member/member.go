@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
@@ -19,26 +21,17 @@ import (
 // https://kubernetes.io/docs/concepts/cluster-administration/node-shutdown/#non-graceful-node-shutdown
 const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
 
-// Ready says whether the node's Ready condition is True.
+// Ready says whether the node's Ready condition is True; it is
+// readiness.Node, kept for the callers that name it here.
 func Ready(n *corev1.Node) bool {
-	c := readyCondition(n)
-	return c != nil && c.Status == corev1.ConditionTrue
-}
-
-func readyCondition(n *corev1.Node) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == corev1.NodeReady {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
+	return readiness.Node(n)
 }
 
 // NotReadySince returns when the node's Ready condition last turned False
 // or Unknown, and false when it is Ready or has no Ready condition (a node
 // the kubelet never reported on is not known to be dead).
 func NotReadySince(n *corev1.Node) (time.Time, bool) {
-	c := readyCondition(n)
+	c := readiness.NodeCondition(n)
 	if c == nil || c.Status == corev1.ConditionTrue {
 		return time.Time{}, false
 	}
