@@ -8,27 +8,58 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
+	"github.com/gpuhealth/gpuhealth/remediation/handoff"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 	"github.com/gpuhealth/gpuhealth/remediation/member"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
+// actBeforeDeciding carries out the one act whose answer the decision
+// needs, a pass of the drain (the Eviction API answers only by being
+// tried), and announces at once what happened whatever this pass writes:
+// pods deleted past the drain timeout, a circuit breaker reset.
+func (r *Reconciler) actBeforeDeciding(ctx context.Context, o *observation) {
+	var happened []announcement
+	if o.breaker != nil && o.breaker.reset != "" {
+		happened = append(happened, announcement{regarding: o.policy, eventType: corev1.EventTypeNormal,
+			reason: gpuhealthv1alpha1.ReasonCircuitBreakerOpen, action: "Reset",
+			note: fmt.Sprintf("circuit breaker reset by annotation %s=%s", gpuhealthv1alpha1.ResetCircuitBreakerAnnotation, o.breaker.reset)})
+	}
+	if o.drains {
+		started := o.now.Time
+		if ds := o.nh.Status.Drain; ds != nil && ds.StartedAt != nil {
+			started = ds.StartedAt.Time
+		}
+		res, err := r.Drainer.Drain(ctx, o.node.Name, o.policy.Spec.Drain, started)
+		o.drain = &drainPass{result: res, err: err}
+		for _, p := range res.ForceDeleted {
+			happened = append(happened, o.nodeAnnouncement(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonForceDeleted, "Drain",
+				"deleted pod "+p.String()+" after the drain timeout"))
+		}
+	}
+	publish(r.Recorder, happened)
+}
+
 // apply carries out what must happen before the status is written: the
-// fence, keeping the node out of service, the Jobs and the deletion of a
-// dead member's daemon pods. Every step is idempotent, so a pass that
-// fails part-way is repeated safely. It says whether it fenced the node.
-func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (fenced bool, err error) {
+// NodeHealth's creation, the fence, keeping the node out of service, the
+// Jobs and the deletion of a dead member's daemon pods. Every step is
+// idempotent, so a pass that fails part-way is repeated safely. A fence
+// that went through keeps the ticket's quarantine.
+func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan, t *ticket) error {
 	logger := log.FromContext(ctx)
+	if p.createNodeHealth {
+		if err := r.createNodeHealth(ctx, o); err != nil {
+			return err
+		}
+	}
 	taint := nodepkg.Taint(o.policy.Spec.Quarantine.Taint)
 	switch p.node {
 	case nodeFence:
@@ -36,9 +67,9 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (fenced
 			return nodepkg.Quarantine(ctx, r.Client, n, policyCordons(o.policy), taint, phaseLabel(o.policy, gpuhealthv1alpha1.PhaseQuarantined))
 		})
 		if err != nil {
-			return false, err
+			return err
 		}
-		fenced = true
+		t.keep()
 		logger.Info("Fenced node", "findings", describe(countingOf(p.judged)))
 		r.storm.fenced(o.node.Name)
 	case nodeOutOfService:
@@ -49,7 +80,7 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (fenced
 			return nodepkg.SetGPUHealthy(ctx, r.Client, n, false, p.nodeReason, truncate(p.nodeMessage, 1024), o.now)
 		})
 		if err != nil {
-			return fenced, err
+			return err
 		}
 	case nodeUncertified:
 		err := r.writeNode(o, func(n *corev1.Node) error {
@@ -59,54 +90,56 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan) (fenced
 			return nodepkg.SetGPUHealthy(ctx, r.Client, n, false, p.nodeReason, truncate(p.nodeMessage, 1024), o.now)
 		})
 		if err != nil {
-			return fenced, err
+			return err
 		}
 	}
 	if p.deleteJobs {
 		deleted, err := job.DeleteUnfinished(ctx, r.Client, o.namespace, o.node.Name)
 		if err != nil {
-			return fenced, err
+			return err
 		}
 		if len(deleted) > 0 {
 			logger.Info("Deleted unfinished jobs of a workflow that ended", "jobs", deleted)
-			r.Recorder.Eventf(o.node, o.nh, corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonJobsDeleted, "Delete",
-				"deleted unfinished jobs %s: the node's workflow ended", strings.Join(deleted, ", "))
+			publish(r.Recorder, []announcement{o.nodeAnnouncement(corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonJobsDeleted, "Delete",
+				"deleted unfinished jobs "+strings.Join(deleted, ", ")+": the node's workflow ended")})
 		}
 	}
 	for _, want := range p.createJobs {
 		if _, err := job.Ensure(ctx, r.Client, want); err != nil {
-			return fenced, err
+			return err
 		}
 	}
 	if err := r.applyHandOff(ctx, p); err != nil {
-		return fenced, err
+		return err
 	}
 	if err := r.applyWithdraw(ctx, o, p); err != nil {
-		return fenced, err
+		return err
 	}
 	if p.removeDomainLabel {
 		err := r.writeNode(o, func(n *corev1.Node) error {
 			return member.RemoveLabel(ctx, r.Client, n, computedomain.NodeLabel)
 		})
 		if err != nil {
-			return fenced, err
+			return err
 		}
 	}
 	for _, pod := range p.deleteDaemonPods {
 		since := p.status.ComputeDomain.DeadSince.UTC().Format(time.RFC3339)
 		logger.Info("Deleting stale ComputeDomain daemon pod of a dead member", "Pod", klog.KObj(pod), "notReadySince", since)
 		if err := member.DeleteStalePod(ctx, r.Client, o.node, pod); err != nil {
-			return fenced, err
+			return err
 		}
 		staleDaemonPodsDeleted.Inc()
-		r.Recorder.Eventf(o.node, o.nh, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted, "Delete",
-			"deleted ComputeDomain daemon pod %s/%s of the dead node (NotReady since %s)", pod.Namespace, pod.Name, since)
+		// Announced at once: the pod is gone whatever the status write does.
+		done := []announcement{o.nodeAnnouncement(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted, "Delete",
+			fmt.Sprintf("deleted ComputeDomain daemon pod %s/%s of the dead node (NotReady since %s)", pod.Namespace, pod.Name, since))}
 		if a, ok := domainAnnouncement(o, p.status.ComputeDomain, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted, "Delete",
 			fmt.Sprintf("node %s is dead (NotReady since %s, fenced): deleted its daemon pod %s so the other members drop it", o.node.Name, since, pod.Name)); ok {
-			publish(r.Recorder, []announcement{a})
+			done = append(done, a)
 		}
+		publish(r.Recorder, done)
 	}
-	return fenced, nil
+	return nil
 }
 
 // applyAfterWrite carries out what must follow the status write: a node
@@ -128,6 +161,22 @@ func (r *Reconciler) applyAfterWrite(ctx context.Context, o *observation, p *pla
 	})
 }
 
+// createNodeHealth creates the node's NodeHealth, owned by the Node so that
+// deleting the Node deletes it, and makes it the observed one, whose status
+// record writes. AlreadyExists means our cache was behind: the pass is
+// repeated (see retryOn).
+func (r *Reconciler) createNodeHealth(ctx context.Context, o *observation) error {
+	nh := &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: o.node.Name}}
+	if err := controllerutil.SetOwnerReference(o.node, nh, r.Client.Scheme()); err != nil {
+		return fmt.Errorf("owning nodehealth %s: %w", nh.Name, err)
+	}
+	if err := r.Client.Create(ctx, nh); err != nil {
+		return fmt.Errorf("creating nodehealth %s: %w", nh.Name, err)
+	}
+	o.nh, o.nhMissing = nh, false
+	return nil
+}
+
 // writeNode runs writes on a copy of the observed Node and, when one went
 // through, expects the cache to move past the observed version before the
 // node is decided on again.
@@ -140,90 +189,51 @@ func (r *Reconciler) writeNode(o *observation, write func(*corev1.Node) error) e
 	return err
 }
 
-// record writes what the plan decided: each finding's status, then the
-// NodeHealth status once, with the optimistic lock. Only when that write
-// succeeded are the plan's Events published and its transitions counted.
-// It returns whether the status write went through (or had nothing to do).
-func (r *Reconciler) record(ctx context.Context, o *observation, p *plan) (bool, error) {
-	var errs []error
-	for _, j := range p.judged {
-		if j.orig == nil || equality.Semantic.DeepEqual(j.orig.Status, j.event.Status) {
-			continue
-		}
-		if err := r.Client.Status().Patch(ctx, j.event, client.MergeFrom(j.orig)); err != nil {
-			if !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("recording judgement of event %s: %w", j.event.Name, err))
-			}
-			continue
-		}
-		r.expect.wrote(kindHealthEvent, j.orig, j.orig.ResourceVersion)
+// applyHandOff makes the hand-off decided; idempotent, so a pass whose
+// status write fails repeats it harmlessly.
+func (r *Reconciler) applyHandOff(ctx context.Context, p *plan) error {
+	t := p.handOff
+	if t == nil {
+		return nil
 	}
-	if err := errors.Join(errs...); err != nil {
-		// The NodeHealth waits: a node must not return to service while
-		// the findings that sent it out still look open.
-		return false, err
+	if t.want == nil {
+		return handoff.AnnotateMachine(ctx, r.Client, t.obj, p.handedOff.Reason)
 	}
-	for _, e := range p.illegal {
-		illegalTransitions.WithLabelValues(string(e.Phase), string(e.Event)).Inc()
+	if t.obj != nil {
+		return nil
 	}
-	if equality.Semantic.DeepEqual(o.nh.Status, p.status) {
-		publish(r.Recorder, p.announce)
-		return true, nil
-	}
-	nh := o.nh.DeepCopy()
-	nh.Status = p.status
-	if err := r.Client.Status().Patch(ctx, nh, client.MergeFromWithOptions(o.nh, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsConflict(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("patching status of nodehealth %s: %w", nh.Name, err)
-	}
-	r.expect.wrote(kindNodeHealth, o.nh, o.nh.ResourceVersion)
-	for _, t := range p.transitions {
-		log.FromContext(ctx).Info("Transitioned node", "fromPhase", t.from, "toPhase", t.to, "reason", t.reason)
-		transitions.WithLabelValues(string(t.from), string(t.to), t.reason).Inc()
-		phaseDuration.WithLabelValues(string(t.from)).Observe(t.spent.Seconds())
-	}
-	countOutages(p)
-	if p.budgetBlocked != "" {
-		budgetBlocked.WithLabelValues(string(p.budgetBlocked)).Inc()
-	}
-	countSteps(o.node.Name, p.steps)
-	publish(r.Recorder, p.announce)
-	return true, nil
+	return handoff.Create(ctx, r.Client, t.want)
 }
 
-// result is the workqueue's next move for a plan.
-func result(p *plan) ctrl.Result {
-	switch {
-	case p.fenceOnly:
-		// The bookkeeping pass after a fence, below fresh work, so a storm's
-		// fences go first (see fencedPriority).
-		return ctrl.Result{RequeueAfter: max(p.requeue, time.Millisecond), Priority: ptr.To(fencedPriority)}
-	case p.immediate:
-		return ctrl.Result{RequeueAfter: time.Millisecond, Priority: ptr.To(normalPriority)}
+// applyWithdraw takes back a hand-off the plan ends (see withdrawHandOff).
+// What is gone already, or cannot be read for good, has nothing to take back.
+func (r *Reconciler) applyWithdraw(ctx context.Context, o *observation, p *plan) error {
+	h := p.withdraw
+	if h == nil {
+		return nil
 	}
-	// An explicit priority: without one controller-runtime keeps the one the
-	// item was taken off the queue with, and a node would go on waiting
-	// below fresh work after its write-up pass at fencedPriority.
-	return ctrl.Result{RequeueAfter: p.requeue, Priority: ptr.To(normalPriority)}
-}
-
-// countingOf returns the judgements that count against the node.
-func countingOf(js []judgement) []judgement {
-	var out []judgement
-	for _, j := range js {
-		if j.counts {
-			out = append(out, j)
+	var err error
+	switch h.Type {
+	case gpuhealthv1alpha1.HandOffClusterAPI:
+		var m *unstructured.Unstructured
+		if m, err = handoff.GetMachine(ctx, r.Client, r.APIReader, o.node); err == nil {
+			err = handoff.Unannotate(ctx, r.Client, m)
+		}
+	case gpuhealthv1alpha1.HandOffTemplate:
+		spec := o.policy.Spec.Remediation.HandOff
+		if spec == nil || spec.Template == nil {
+			return nil
+		}
+		var want *unstructured.Unstructured
+		if want, err = handoff.Render(spec.Template, handOffData(o), nodeHealthOwner(o)); err == nil {
+			err = handoff.DeleteOwned(ctx, r.Client, r.APIReader, want, o.nh.UID)
 		}
 	}
-	return out
-}
-
-// phaseLabel is the phase label value a policy wants, empty for none.
-func phaseLabel(p *gpuhealthv1alpha1.RemediationPolicy, phase gpuhealthv1alpha1.NodeHealthPhase) string {
-	if l := p.Spec.Quarantine.PhaseLabel; l != nil && !*l {
-		return ""
+	if errors.Is(err, handoff.ErrPermanent) {
+		// Gone, or not ours to take back (no RBAC): the node's return must
+		// not wait for it.
+		log.FromContext(ctx).Info("Could not take the hand-off back", "type", h.Type, "reason", err.Error())
+		return nil
 	}
-	return string(phase)
+	return err
 }

@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -22,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -34,7 +29,6 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
-	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths,verbs=get;list;watch;create;update;patch
@@ -124,13 +118,10 @@ type Reconciler struct {
 	// StormHoldMax bounds that hold per node. Zero means 10 s.
 	StormHoldMax time.Duration
 
-	// budgetMu serialises budget decisions within this process (the
-	// operator is leader-elected, so this process is the only one deciding).
-	budgetMu   sync.Mutex
-	recent     *recentList // guarded by budgetMu
-	storm      *stormGate
-	fleetCache *fleetCache
-	expect     *expectations
+	admission admission
+	storm     *stormGate
+	snapshots *snapshotCache
+	expect    *expectations
 }
 
 // SetupWithManager registers the watches. The reconciler lists through the
@@ -144,8 +135,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.storm.maxHold <= 0 {
 		r.storm.maxHold = 10 * time.Second
 	}
-	r.fleetCache = &fleetCache{}
-	if err := r.fleetCache.watch(ctx, mgr); err != nil {
+	r.snapshots = &snapshotCache{}
+	if err := r.snapshots.watch(ctx, mgr); err != nil {
 		return err
 	}
 	r.expect = newExpectations(r.Clock)
@@ -153,7 +144,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.Add(r.Drainer); err != nil {
 		return fmt.Errorf("adding the drain's pod watches: %w", err)
 	}
-	fleet.serve(mgr.GetCache(), mgr.Elected())
+	gauges.serve(mgr.GetCache(), mgr.Elected())
 	workers := r.MaxConcurrentReconciles
 	if workers == 0 {
 		workers = 16
@@ -186,315 +177,61 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Complete(r)
 }
 
-// nodeChanged lets through the node changes that matter: labels (policy
-// selection), annotations (what we applied), cordon, taints, readiness and
-// the boot ID (a reboot step waits for it). Heartbeats, which kubelets send
-// every few seconds, do not.
-//
-// The update that a fence itself causes (our applied annotation appearing)
-// is skipped: the pass that fenced already requeued the node at a lower
-// priority, and reacting at normal priority would let bookkeeping compete
-// with other nodes' fences in a storm.
-var nodeChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
-		if _, had := o.Annotations[nodepkg.AppliedAnnotation]; !had {
-			if _, has := n.Annotations[nodepkg.AppliedAnnotation]; has {
-				return false
-			}
-		}
-		return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
-			!equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
-			o.Spec.Unschedulable != n.Spec.Unschedulable ||
-			!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
-			readyStatus(o) != readyStatus(n) ||
-			o.Status.NodeInfo.BootID != n.Status.NodeInfo.BootID
-	},
-}
-
-// readyStatus is the node's Ready condition status; a dead ComputeDomain
-// member is released some time after it turns False or Unknown.
-func readyStatus(n *corev1.Node) corev1.ConditionStatus {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status
-		}
-	}
-	return ""
-}
-
-// eventChanged lets through what a producer changes on a finding (a new
-// finding, a repeat, a resolution, a deletion), not the judgement the
-// operator itself records in its status.
-var eventChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld.(*gpuhealthv1alpha1.NodeHealthEvent), e.ObjectNew.(*gpuhealthv1alpha1.NodeHealthEvent)
-		return o.Generation != n.Generation || o.Status.Count != n.Status.Count ||
-			!equality.Semantic.DeepEqual(o.Status.LastSeen, n.Status.LastSeen) ||
-			o.Status.Resolved != n.Status.Resolved ||
-			!equality.Semantic.DeepEqual(o.Status.ResolvedAt, n.Status.ResolvedAt)
-	},
-}
-
-// budgetFreed lets through a NodeHealth leaving the phases that use a
-// budget (Draining, Recertifying), which is when waiting nodes may go.
-var budgetFreed = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		return usesBudget(e.ObjectOld.(*gpuhealthv1alpha1.NodeHealth)) && !usesBudget(e.ObjectNew.(*gpuhealthv1alpha1.NodeHealth))
-	},
-	DeleteFunc: func(e event.DeleteEvent) bool {
-		nh, ok := e.Object.(*gpuhealthv1alpha1.NodeHealth)
-		return ok && usesBudget(nh)
-	},
-}
-
-func usesBudget(nh *gpuhealthv1alpha1.NodeHealth) bool {
-	// Certifying counts where a policy says so; waking the waiting nodes
-	// when one leaves costs little either way.
-	return nh.Status.Phase.UsesBudget() || nh.Status.Phase == gpuhealthv1alpha1.PhaseCertifying
-}
-
-// budgetFreedToWaiting wakes the nodes waiting for a budget.
-func (r *Reconciler) budgetFreedToWaiting(ctx context.Context, _ client.Object) []ctrl.Request {
-	// The woken nodes must count without the node that left, even if the
-	// fleet cache's own handler has not run yet.
-	r.fleetCache.changed()
-	list := &gpuhealthv1alpha1.NodeHealthList{}
-	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		log.FromContext(ctx).Error(err, "Listing nodehealths to wake nodes waiting for a budget")
-		return nil
-	}
-	var out []ctrl.Request
-	for i := range list.Items {
-		if st := list.Items[i].Status; st.Phase == gpuhealthv1alpha1.PhaseQuarantined && st.Reason == gpuhealthv1alpha1.ReasonWaitingForBudget {
-			out = append(out, request(list.Items[i].Name)...)
-		}
-	}
-	return out
-}
-
-// disruptionsFreed lets through the PodDisruptionBudget changes that can
-// let a refused eviction through: more disruptions allowed than before (the
-// disruption controller saw replacements become healthy), or the budget
-// deleted.
-var disruptionsFreed = predicate.Funcs{
-	CreateFunc: func(event.CreateEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld.(*policyv1.PodDisruptionBudget), e.ObjectNew.(*policyv1.PodDisruptionBudget)
-		return n.Status.DisruptionsAllowed > 0 && n.Status.DisruptionsAllowed > o.Status.DisruptionsAllowed
-	},
-	DeleteFunc:  func(event.DeleteEvent) bool { return true },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-}
-
-// budgetToBlockedNodes wakes the draining nodes that have pods blocked in
-// the budget's namespace (or more blocked pods than their status lists),
-// so a drain goes on as soon as the budget allows, not at the next recheck.
-func (r *Reconciler) budgetToBlockedNodes(ctx context.Context, o client.Object) []ctrl.Request {
-	list := &gpuhealthv1alpha1.NodeHealthList{}
-	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		log.FromContext(ctx).Error(err, "Listing nodehealths to wake drains blocked by a PodDisruptionBudget")
-		return nil
-	}
-	var out []ctrl.Request
-	for i := range list.Items {
-		if blockedIn(list.Items[i].Status, o.GetNamespace()) {
-			out = append(out, request(list.Items[i].Name)...)
-		}
-	}
-	return out
-}
-
-// blockedIn says whether a node in status is draining with pods blocked
-// in namespace, as far as its status tells.
-func blockedIn(st gpuhealthv1alpha1.NodeHealthStatus, namespace string) bool {
-	if st.Phase != gpuhealthv1alpha1.PhaseDraining || st.Drain == nil || st.Drain.PodsBlocked == 0 {
-		return false
-	}
-	if int(st.Drain.PodsBlocked) > len(st.Drain.Blocked) {
-		return true // the list is cut short: any namespace may be among the rest
-	}
-	for _, b := range st.Drain.Blocked {
-		if b.Namespace == namespace {
-			return true
-		}
-	}
-	return false
-}
-
-// podLeftOrFinished lets through the pod changes a drain waits for.
-var podLeftOrFinished = predicate.Funcs{
-	CreateFunc: func(event.CreateEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld.(*corev1.Pod), e.ObjectNew.(*corev1.Pod)
-		return o.Status.Phase != n.Status.Phase || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
-	},
-	DeleteFunc: func(event.DeleteEvent) bool { return true },
-}
-
-func request(node string) []ctrl.Request {
-	if node == "" {
-		return nil
-	}
-	return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: node}}}
-}
-
-func nodeHealthToNode(_ context.Context, o client.Object) []ctrl.Request { return request(o.GetName()) }
-
-func eventToNode(_ context.Context, o client.Object) []ctrl.Request {
-	return request(o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName)
-}
-
-func podToNode(_ context.Context, o client.Object) []ctrl.Request {
-	return request(o.(*corev1.Pod).Spec.NodeName)
-}
-
-func jobToNode(_ context.Context, o client.Object) []ctrl.Request {
-	return request(o.GetLabels()[job.NodeLabel])
-}
-
-func (r *Reconciler) policyToNodes(ctx context.Context, _ client.Object) []ctrl.Request {
-	list := &corev1.NodeList{}
-	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		log.FromContext(ctx).Error(err, "Listing nodes for a policy change")
-		return nil
-	}
-	out := make([]ctrl.Request, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, request(list.Items[i].Name)...)
-	}
-	return out
-}
-
-// Reconcile moves one node forward as far as it can go now: observe,
-// decide, apply, record.
+// Reconcile moves one node forward as far as it can go now, in five steps:
+// observe reads, decide plans, admit takes the shared resources the plan
+// asks for, apply acts, record writes the status once and then announces.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	logger := log.FromContext(ctx).WithValues("Node", klog.KRef("", req.Name))
-	ctx = log.IntoContext(ctx, logger)
-
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("Node", klog.KRef("", req.Name)))
 	o, err := r.observe(ctx, req.Name)
-	var behind *errCacheBehind
-	if errors.As(err, &behind) {
-		logger.V(1).Info("Waiting for the cache to show this operator's write", "err", err)
-		return ctrl.Result{RequeueAfter: cacheRetry, Priority: ptr.To(normalPriority)}, nil
-	}
 	if err != nil || o == nil {
-		return ctrl.Result{}, err
+		return r.unobserved(ctx, req.Name, err)
 	}
-	p := decide(o)
-	reserved := false
-	if p.reserveBreaker {
-		// Counted now, taken back below when the quarantine does not
-		// become real; a refusal (another node took the last slot since
-		// the peek) is decided anew.
-		view := r.reserveBreaker(o.policy, o.breaker, o.now.Time)
-		reserved = view.allowed && view.enabled
-		o.breaker = view
-		if !view.allowed {
-			p = decide(o)
-		}
-	}
-	undo := func() {
-		if reserved {
-			r.undoBreaker(o.policy, o.now.Time)
-			reserved = false
-		}
-	}
-	locked := false
-	if p.confirmBudget {
-		// A drain decided from the cache's count is counted again from the
-		// apiserver, and written, inside one lock, so two nodes never take
-		// the last slot together. A pass that finds the lock taken hands
-		// its worker back and comes again shortly, so that twenty nodes
-		// admitted one after another do not hold every worker while other
-		// nodes' drains wait for one.
-		if !r.budgetMu.TryLock() {
-			undo()
-			return ctrl.Result{RequeueAfter: budgetLockRetry, Priority: ptr.To(normalPriority)}, nil
-		}
-		defer r.budgetMu.Unlock()
-		locked = true
-		o.budgets = r.countBudgets(ctx, o, true)
-		if o.budgets.fromRecentList && (o.budgets.err != nil || len(o.budgets.blocked) > 0) {
-			// A refusal is decided on a fresh list only.
-			r.recent = nil
-			o.budgets = r.countBudgets(ctx, o, true)
-		}
-		p = decide(o)
-	}
-	if p.terminal {
-		undo()
+	// The drain is the one act before deciding: the Eviction API answers
+	// only by being tried.
+	r.actBeforeDeciding(ctx, o)
+	t, p := r.admit(ctx, o, decide(o))
+	defer t.release()
+	switch {
+	case p == nil:
+		return after(budgetLockRetry), nil
+	case p.terminal:
 		return ctrl.Result{}, reconcile.TerminalError(p.err)
 	}
-	fenced, err := r.apply(ctx, o, p)
-	if err != nil {
-		if !fenced {
-			undo()
-		}
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRetry, Priority: ptr.To(normalPriority)}, nil
-		}
-		return ctrl.Result{}, err
-	}
-	if p.fenceOnly {
-		return result(p), nil
+	if err := r.apply(ctx, o, p, t); err != nil || p.fenceOnly {
+		return retryOn(result(p), err)
 	}
 	written, err := r.record(ctx, o, p)
-	if written && locked {
-		r.wroteUnderBudgetLock(o.nh.Name, p.status.Phase)
-	}
-	if !written && !fenced {
-		undo()
-	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if !written {
 		// Our cache was behind the object; the acts are idempotent, so
 		// decide again from the fresh copy.
-		return ctrl.Result{RequeueAfter: conflictRetry, Priority: ptr.To(normalPriority)}, nil
+		return after(conflictRetry), nil
 	}
+	t.wrote(o.nh.Name, p.status.Phase)
 	if err := r.applyAfterWrite(ctx, o, p); err != nil {
-		if apierrors.IsConflict(err) {
-			// The node changed under us (a kubelet's status, say): the
-			// return to service is repeated from the fresh copy.
-			return ctrl.Result{RequeueAfter: conflictRetry, Priority: ptr.To(normalPriority)}, nil
-		}
-		return ctrl.Result{}, err
+		// A conflict: the node changed under us (a kubelet's status, say)
+		// and the return to service is repeated from the fresh copy.
+		return retryOn(ctrl.Result{}, err)
 	}
-	if p.err != nil {
-		return ctrl.Result{}, p.err
-	}
-	return result(p), nil
+	return retryOn(result(p), p.err)
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
+// after is a requeue after d at the priority of fresh work.
+func after(d time.Duration) ctrl.Result {
+	return ctrl.Result{RequeueAfter: d, Priority: ptr.To(normalPriority)}
 }
 
-// describe summarises findings for a message.
-func describe(js []judgement) string {
-	var parts []string
-	for i, j := range js {
-		if i == 3 {
-			parts = append(parts, fmt.Sprintf("and %d more", len(js)-3))
-			break
-		}
-		sp := j.event.Spec
-		p := fmt.Sprintf("%s %s on %s (%s, %s)", sp.Check, sp.Code, componentName(sp.Component), sp.Source, j.action)
-		parts = append(parts, p)
+// retryOn is res when err is nil, a retry after conflictRetry when err
+// says the cache was behind (an optimistic-lock conflict, or a NodeHealth
+// that exists already), else err.
+func retryOn(res ctrl.Result, err error) (ctrl.Result, error) {
+	switch {
+	case err == nil:
+		return res, nil
+	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
+		return after(conflictRetry), nil
 	}
-	return strings.Join(parts, "; ")
-}
-
-func componentName(c gpuhealthv1alpha1.Component) string {
-	if c.ID == "" {
-		return string(c.Kind)
-	}
-	return c.ID
+	return ctrl.Result{}, err
 }

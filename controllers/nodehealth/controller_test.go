@@ -661,7 +661,7 @@ func gaugeValues(t *testing.T, elected bool, metric, node string) map[string]flo
 	if elected {
 		close(ch)
 	}
-	f := &fleetGauges{}
+	f := &nodeGauges{}
 	f.serve(k8sClient, ch)
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(f); err != nil {

@@ -15,7 +15,6 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
-	"github.com/gpuhealth/gpuhealth/remediation/member"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
@@ -48,33 +47,33 @@ const (
 	nodeUncertified
 )
 
-// plan is what decide wants: the status to write, what to do to the node,
-// the Jobs, and what to announce once the status is written. apply carries
-// it out and record writes it.
+// plan is what decide wants, in five groups by who acts on it and when:
+// what record writes, what apply does to the cluster, what the admission
+// step is asked for, what record announces and counts once its write went
+// through, and how the pass goes on.
 type plan struct {
+	planWrite
+	planActs
+	planAsks
+	planAfter
+	planNext
+}
+
+// planWrite is what record writes: the findings' statuses, then the
+// NodeHealth status once.
+type planWrite struct {
 	// status is the NodeHealth status to write.
 	status gpuhealthv1alpha1.NodeHealthStatus
 	// judged are the findings with the status each should get.
 	judged []judgement
-	// transitions are the state machine's moves, in order.
-	transitions []transitionRecord
-	// illegal are the events the machine refused (each a bug, counted).
-	illegal []fsm.IllegalTransitionError
-	// announce are the Events the status write makes true; published only
-	// after it succeeded.
-	announce []announcement
-	// steps are the suite steps judged in this pass, counted after the write.
-	steps []stepRecord
-	// repairs are the fault outages that ended, faultGaps the times since
-	// the previous fault of a class; counted after the write.
-	repairs   []repairRecord
-	faultGaps []faultGap
-	// handOff is the hand-off to carry out before the write (idempotent),
-	// handedOff the one the status records, counted after the write.
-	handOff   *handOffTarget
-	handedOff *gpuhealthv1alpha1.HandOffStatus
-	// withdraw is a hand-off the plan ends, taken back before the write.
-	withdraw *gpuhealthv1alpha1.HandOffStatus
+}
+
+// planActs is what apply does to the cluster. Every act is idempotent, so
+// a pass that fails part-way is repeated safely.
+type planActs struct {
+	// createNodeHealth creates the node's NodeHealth, which a node gets
+	// when a policy first manages it.
+	createNodeHealth bool
 	// node is what to do to the Node; nodeMessage explains GPUHealthy.
 	node                    nodeIntent
 	nodeReason, nodeMessage string
@@ -87,13 +86,45 @@ type plan struct {
 	// removeDomainLabel removes a dead member's ComputeDomain node label
 	// (the policy's releaseDeadMemberLabel).
 	removeDomainLabel bool
+	// handOff is the hand-off to carry out before the write.
+	handOff *handOffTarget
+	// withdraw is a hand-off the plan ends, taken back before the write.
+	withdraw *gpuhealthv1alpha1.HandOffStatus
+}
+
+// planAsks is what the admission step is asked for before anything is
+// carried out: the shared, counted resources a decision takes.
+type planAsks struct {
 	// reserveBreaker asks the circuit breaker for one more quarantine.
 	reserveBreaker bool
 	// confirmBudget says a drain was decided from a cache count: it is
 	// confirmed from the apiserver before the status is written.
 	confirmBudget bool
-	// budgetBlocked names the budget the node started waiting for (counted).
+}
+
+// planAfter is what the status write makes true, announced and counted only
+// once it succeeded.
+type planAfter struct {
+	// transitions are the state machine's moves, in order.
+	transitions []transitionRecord
+	// illegal are the events the machine refused (each a bug, counted).
+	illegal []fsm.IllegalTransitionError
+	// announce are the Events to publish.
+	announce []announcement
+	// steps are the suite steps judged in this pass.
+	steps []stepRecord
+	// repairs are the fault outages that ended, faultGaps the times since
+	// the previous fault of a class.
+	repairs   []repairRecord
+	faultGaps []faultGap
+	// handedOff is the hand-off the status records.
+	handedOff *gpuhealthv1alpha1.HandOffStatus
+	// budgetBlocked names the budget the node started waiting for.
 	budgetBlocked gpuhealthv1alpha1.BudgetName
+}
+
+// planNext is how the pass goes on.
+type planNext struct {
 	// fenceOnly: the pass only fences; nothing is written to status.
 	fenceOnly bool
 	// requeue is the earliest deadline a step waits for; zero when none.
@@ -130,7 +161,8 @@ type decider struct {
 // pure function of the observation (no client, no clock, no globals), so
 // every branch is a row of decide_test.go.
 func decide(o *observation) *plan {
-	d := &decider{o: o, p: &plan{status: *o.nh.Status.DeepCopy()}}
+	d := &decider{o: o, p: &plan{planWrite: planWrite{status: *o.nh.Status.DeepCopy()}}}
+	d.p.createNodeHealth = o.nhMissing
 	st := &d.p.status
 	if o.nh.Spec.Exclude {
 		d.condition(gpuhealthv1alpha1.NodeHealthManagedCondition, false, gpuhealthv1alpha1.ReasonExcluded,
@@ -155,7 +187,7 @@ func decide(o *observation) *plan {
 	}
 	d.activeEvents()
 	d.request()
-	if d.machine.Phase() != gpuhealthv1alpha1.PhaseHealthy && !d.dryRun() && o.uncordonedBy != "" {
+	if !d.first && d.machine.Phase() != gpuhealthv1alpha1.PhaseHealthy && !d.dryRun() && o.uncordonedBy != "" {
 		d.closeFindings(fsm.Cancel, gpuhealthv1alpha1.ReasonHumanUncordon,
 			"uncordoned by "+o.uncordonedBy+"; the workflow for the node's current findings is cancelled", o.uncordonedBy)
 		d.housekeeping()
@@ -175,6 +207,56 @@ func decide(o *observation) *plan {
 	}
 	d.housekeeping()
 	return d.p
+}
+
+// inputs are the costly parts of an observation, which observe reads only
+// when the decision needs them.
+type inputs struct {
+	// workloads: the pods a new node's certification would wait for.
+	workloads bool
+	// outputs: the finished suite Jobs' outputs that wait for a verdict.
+	outputs bool
+	// stormHold: how long the bookkeeping after our fence waits.
+	stormHold bool
+	// breaker: the circuit breaker's answer to one more quarantine.
+	breaker bool
+	// budgets: the budget counts from the cache.
+	budgets bool
+	// drain: a pass of the drain, before deciding.
+	drain bool
+	// handOff: what a failed node's hand-off needs.
+	handOff bool
+}
+
+// inputsFor says which costly inputs a decision on what observe has read so
+// far needs: those of the node's phase.
+func inputsFor(o *observation) inputs {
+	var in inputs
+	phase, policy := o.nh.Status.Phase, o.policy.Spec
+	uncordoned := o.uncordonedBy != "" && phase != "" && phase != gpuhealthv1alpha1.PhaseHealthy
+	if o.nh.Spec.Exclude || uncordoned || newRequest(o.nh) {
+		return in // decided without the phase's inputs
+	}
+	in.workloads = phase == "" && policy.Certification.NewNodes
+	switch phase {
+	case "", gpuhealthv1alpha1.PhaseHealthy, gpuhealthv1alpha1.PhaseCertifying:
+		in.outputs = phase == gpuhealthv1alpha1.PhaseCertifying
+		if len(judgeAll(o)) == 0 {
+			break
+		}
+		fenced := nodepkg.AppliedOn(o.node).Any()
+		in.stormHold, in.breaker = fenced, !fenced
+		in.budgets = fenced || !policy.DryRun && !fences(o.policy)
+	case gpuhealthv1alpha1.PhaseRecertifying:
+		in.outputs = true
+	case gpuhealthv1alpha1.PhaseQuarantined:
+		in.budgets = true
+	case gpuhealthv1alpha1.PhaseDraining:
+		in.drain = !o.nh.Spec.Hold && !policy.DryRun
+	case gpuhealthv1alpha1.PhaseFailed:
+		in.handOff = policy.Remediation.HandOff != nil && !policy.DryRun
+	}
+	return in
 }
 
 // housekeeping follows the phase's step, in the phase it ended in.
@@ -344,386 +426,6 @@ func (d *decider) nodeCondition() (string, string) {
 	return st.Reason, st.Message
 }
 
-// quarantined holds the node cordoned until the budgets let it drain.
-func (d *decider) quarantined() {
-	d.outOfService()
-	o, st := d.o, &d.p.status
-	if d.dryRun() {
-		if len(d.counting()) == 0 {
-			d.closeFindings(fsm.Cancel, gpuhealthv1alpha1.ReasonDryRun, "dry run: no finding counts against the node any more", "")
-			return
-		}
-		d.statusReason(gpuhealthv1alpha1.ReasonDryRun, "dry run: would drain when the budgets allow")
-		return
-	}
-	if d.held("the node stays quarantined") {
-		return
-	}
-	if rc := st.Recertification; rc != nil && rc.Result == gpuhealthv1alpha1.JobFailed && rc.CompletedAt != nil {
-		if until := rc.CompletedAt.Add(o.policy.Spec.Recertification.Backoff.Get(defaultBackoff)); o.now.Before(&metav1.Time{Time: until}) {
-			d.statusReason(gpuhealthv1alpha1.ReasonBackoff, fmt.Sprintf("attempt %d failed; next attempt after %s", rc.Attempt, until.UTC().Format(time.RFC3339)))
-			d.wait(until.Sub(o.now.Time))
-			return
-		}
-	}
-	b := o.budgets
-	if b == nil {
-		// Entered in this pass without a count: count in the next one.
-		d.p.immediate = true
-		return
-	}
-	if b.err != nil || len(b.blocked) > 0 {
-		d.waitForBudget()
-		return
-	}
-	msgs := make([]string, len(b.decisions))
-	for i, dec := range b.decisions {
-		msgs[i] = dec.Message()
-	}
-	if !d.transition(fsm.Drain, gpuhealthv1alpha1.ReasonDraining, "budgets allow: "+strings.Join(msgs, "; "), "") {
-		return
-	}
-	st.Drain = &gpuhealthv1alpha1.DrainStatus{StartedAt: &o.now}
-	// The drain itself starts in the next pass, once this one's write (the
-	// budget's slot) is down.
-	d.p.confirmBudget = !b.fromAPIServer
-	d.p.immediate = true
-}
-
-// waitForBudget records that the node waits for a budget: status.reason
-// WaitingForBudget, status.blockingBudget the first budget without room and
-// the message every blocking budget by name, limit and scope. The live
-// counts stay out of the status (they are in the policy's status), so a
-// count that moves does not rewrite every waiting node.
-func (d *decider) waitForBudget() {
-	b, st := d.o.budgets, &d.p.status
-	name := gpuhealthv1alpha1.BudgetMaxUnavailable
-	msg := "waiting for budget: "
-	if b.err != nil {
-		msg += b.err.Error()
-		if len(b.decisions) > 0 {
-			name = gpuhealthv1alpha1.BudgetName(b.decisions[len(b.decisions)-1].Name)
-		}
-	} else {
-		name = gpuhealthv1alpha1.BudgetName(b.decisions[b.blocked[0]].Name)
-		full := make([]string, len(b.blocked))
-		for i, k := range b.blocked {
-			full[i] = b.decisions[k].Full()
-		}
-		msg += strings.Join(full, "; ")
-	}
-	d.statusReason(gpuhealthv1alpha1.ReasonWaitingForBudget, msg)
-	st.BlockingBudget = name
-	d.wait(budgetRecheck)
-}
-
-// budgetCounts is the blocking budgets' live counts, for the domain's Event.
-func budgetCounts(b *budgetCount) string {
-	if b == nil {
-		return ""
-	}
-	if b.err != nil {
-		return b.err.Error()
-	}
-	numbers := make([]string, len(b.blocked))
-	for i, k := range b.blocked {
-		numbers[i] = b.decisions[k].Message()
-	}
-	return strings.Join(numbers, "; ")
-}
-
-// draining follows the drain and moves on when no pod is left.
-func (d *decider) draining() {
-	d.outOfService()
-	o, st := d.o, &d.p.status
-	if d.held("the drain is paused") {
-		return
-	}
-	if st.Drain == nil || st.Drain.StartedAt == nil {
-		st.Drain = &gpuhealthv1alpha1.DrainStatus{StartedAt: &o.now}
-	}
-	ds := st.Drain
-	if o.drain == nil {
-		if !d.dryRun() {
-			d.p.immediate = true // entered in this pass: drain in the next
-		}
-		return
-	}
-	if o.drain.err != nil {
-		d.p.err = o.drain.err
-	}
-	res := o.drain.result
-	ds.PodsRemaining = int32(res.Remaining)
-	ds.PodsTotal = max(ds.PodsTotal, int32(res.Total))
-	ds.PodsBlocked = int32(res.Blocked)
-	ds.Blocked = res.BlockedPods
-	d.drainTimeout()
-	if !res.Done() || o.drain.err != nil {
-		ds.CompletedAt = nil
-		msg := fmt.Sprintf("%d of %d pods remaining", res.Remaining, ds.PodsTotal)
-		reason := gpuhealthv1alpha1.ReasonDraining
-		if res.Blocked > 0 {
-			reason = gpuhealthv1alpha1.ReasonBlockedByPDB
-			msg += fmt.Sprintf(", %d blocked by a PodDisruptionBudget", res.Blocked)
-		}
-		if res.Waiting > 0 {
-			msg += fmt.Sprintf(", %d waiting for completion", res.Waiting)
-		}
-		if res.TimedOut > 0 {
-			reason = gpuhealthv1alpha1.ReasonDrainTimedOut
-			msg += fmt.Sprintf(", %d past the drain timeout", res.TimedOut)
-		}
-		d.statusReason(reason, msg)
-		if res.Deferred > 0 {
-			d.wait(drainDeferredRecheck)
-		} else {
-			d.wait(drainRecheck)
-		}
-		return
-	}
-	if ds.CompletedAt == nil {
-		ds.CompletedAt = &o.now
-	}
-	if !d.leftComputeDomain() {
-		return
-	}
-	if a := d.action(); needsHuman(a) {
-		d.transition(fsm.Fail, gpuhealthv1alpha1.ReasonNeedsHuman, fmt.Sprintf("drained; the findings recommend %s: %s", a, describe(d.counting())), "")
-		return
-	}
-	if d.maintained() {
-		return
-	}
-	attempt := int32(1)
-	if rc := st.Recertification; rc != nil {
-		attempt = rc.Attempt + 1
-	}
-	if !d.transition(fsm.Recertify, gpuhealthv1alpha1.ReasonRecertifying, fmt.Sprintf("drained; recertification attempt %d", attempt), "") {
-		return
-	}
-	st.Recertification = &gpuhealthv1alpha1.RecertificationStatus{Attempt: attempt, StartedAt: &o.now, Result: gpuhealthv1alpha1.JobPending}
-	d.attemptStarted = true
-}
-
-// drainTimeout keeps the DrainTimedOut condition: True while pods that must
-// leave outlived the drain timeout and the policy waits for them
-// (drain.onTimeout Wait), with one Warning Event when it turns True.
-func (d *decider) drainTimeout() {
-	res, st := d.o.drain.result, &d.p.status
-	if res.TimedOut == 0 {
-		d.clearCondition(gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, gpuhealthv1alpha1.ReasonDrainOnTime, "no pod is left past the drain timeout")
-		return
-	}
-	names := make([]string, 0, len(res.TimedOutPods))
-	for _, p := range res.TimedOutPods {
-		names = append(names, p.Namespace+"/"+p.Name)
-	}
-	msg := fmt.Sprintf("%d pods that must leave are still on the node past the drain timeout (drain.onTimeout Wait): %s",
-		res.TimedOut, strings.Join(names, ", "))
-	if !meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition) {
-		d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonDrainTimedOut, "Drain", "%s", msg)
-	}
-	d.condition(gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition, true, gpuhealthv1alpha1.ReasonDrainTimedOut, msg)
-}
-
-// recertifying runs the remediation step, the recertification Job and the
-// soak window, then returns the node or counts a failed attempt.
-func (d *decider) recertifying() {
-	d.outOfService()
-	o, st := d.o, &d.p.status
-	if d.held("recertification is paused") {
-		return
-	}
-	rc, wait := d.currentAttempt(&st.Recertification)
-	if wait {
-		return
-	}
-	if d.dryRun() {
-		return
-	}
-	spec := o.policy.Spec
-	if kind, step := remediationStep(d.action(), spec.Remediation); step != nil {
-		if !d.remediated(kind, step, rc) {
-			return
-		}
-	}
-	steps := recertificationSteps(spec.Recertification)
-	if rc.CompletedAt == nil {
-		done, passed, why := d.runSuite(job.Recertification, gpuhealthv1alpha1.SuiteRecertification, steps, rc, gpuhealthv1alpha1.ReasonRecertifying)
-		if !done {
-			return
-		}
-		if !passed {
-			d.failAttempt(why)
-			return
-		}
-		rc.CompletedAt = &o.now
-		rc.Result = gpuhealthv1alpha1.JobSucceeded
-		if len(steps) == 0 {
-			rc.Message = "no recertification suite configured; the soak window decides"
-		}
-	}
-	for _, j := range d.counting() {
-		if j.event.Status.LastSeen != nil && j.event.Status.LastSeen.After(rc.StartedAt.Time) {
-			d.failAttempt("a new finding during recertification: " + describe([]judgement{j}))
-			return
-		}
-	}
-	soakEnd := rc.CompletedAt.Add(spec.Recertification.SoakWindow.Get(defaultSoak))
-	if o.now.Before(&metav1.Time{Time: soakEnd}) {
-		d.statusReason(gpuhealthv1alpha1.ReasonSoaking, fmt.Sprintf("recertification passed; soaking until %s", soakEnd.UTC().Format(time.RFC3339)))
-		d.wait(soakEnd.Sub(o.now.Time))
-		return
-	}
-	requireFabric := spec.Recertification.RequireFabricHealthy == nil || *spec.Recertification.RequireFabricHealthy
-	var open []judgement
-	for _, j := range d.p.judged {
-		if j.phase != gpuhealthv1alpha1.EventActive || j.event.Spec.IsPoint() {
-			continue
-		}
-		if j.counts || (requireFabric && j.event.Spec.IsFabric()) {
-			open = append(open, j)
-		}
-	}
-	if len(open) > 0 {
-		d.statusReason(gpuhealthv1alpha1.ReasonWaitingForResolution, "recertification passed; waiting for findings to clear: "+describe(open))
-		return
-	}
-	if len(steps) > 0 {
-		d.certify(gpuhealthv1alpha1.SuiteRecertification, rc)
-	}
-	d.closeFindings(fsm.Pass, gpuhealthv1alpha1.ReasonRecertified, fmt.Sprintf("recertification attempt %d passed (%s) and the soak window was clean", rc.Attempt, suiteSummary(rc.Steps)), "")
-}
-
-// currentAttempt is the attempt *slot holds, starting attempt 1 when it
-// holds none. wait says the attempt started in this pass: it is written
-// down before any Job exists (Job names carry the attempt's start, and a
-// restart must find the same start to find the same Jobs).
-func (d *decider) currentAttempt(slot **gpuhealthv1alpha1.RecertificationStatus) (rc *gpuhealthv1alpha1.RecertificationStatus, wait bool) {
-	if *slot == nil || (*slot).StartedAt == nil {
-		*slot = &gpuhealthv1alpha1.RecertificationStatus{Attempt: 1, StartedAt: &d.o.now, Result: gpuhealthv1alpha1.JobPending}
-		d.attemptStarted = true
-	}
-	if d.attemptStarted {
-		d.p.immediate = true
-	}
-	return *slot, d.attemptStarted
-}
-
-// remediationStep picks the reset or reboot step the action asks for, when
-// the policy configures one.
-func remediationStep(a gpuhealthv1alpha1.Action, spec gpuhealthv1alpha1.RemediationSpec) (job.Kind, *gpuhealthv1alpha1.RemediationStep) {
-	switch a {
-	case gpuhealthv1alpha1.ActionResetGPU:
-		return job.ResetGPU, spec.ResetGPU
-	case gpuhealthv1alpha1.ActionRebootNode:
-		return job.RebootNode, spec.RebootNode
-	}
-	return "", nil
-}
-
-// remediated runs the reset or reboot step and says whether it is done. A
-// GPU reset is done when its Job succeeded (the recertification that
-// follows proves it). A reboot is done when the node reports a boot ID other
-// than the one it had when the step started and is Ready again, within the
-// step's timeout: a real reboot kills the Job's own pod, so the Job's
-// failure or disappearance is expected, not a verdict. A node that reports
-// no boot ID (some simulated nodes) falls back to the Job's result.
-func (d *decider) remediated(kind job.Kind, step *gpuhealthv1alpha1.RemediationStep, rc *gpuhealthv1alpha1.RecertificationStatus) bool {
-	o := d.o
-	timeout := step.Timeout.Get(defaultJobTimeout)
-	want := job.Build(kind, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, step.Job, timeout)
-	if kind != job.RebootNode {
-		rc.RemediationJob = want.Name
-		return d.jobSucceeded(want, gpuhealthv1alpha1.ReasonRemediating)
-	}
-	boot := o.node.Status.NodeInfo.BootID
-	if rc.RemediationStartedAt == nil {
-		// Write down the boot ID before the Job exists, so the reboot is
-		// measured against the boot it ends.
-		rc.RemediationStartedAt, rc.BootID = &o.now, boot
-		d.p.immediate = true
-		return false
-	}
-	if rc.BootID == "" {
-		rc.RemediationJob = want.Name
-		return d.jobSucceeded(want, gpuhealthv1alpha1.ReasonRemediating)
-	}
-	if boot != rc.BootID && (member.Ready(o.node) || rc.JobName != "" || rc.CompletedAt != nil) {
-		// Back with a new boot; once past this step (its recertification
-		// planned or done), a later NotReady is no reboot still under way.
-		return true
-	}
-	deadline := rc.RemediationStartedAt.Add(timeout)
-	if !o.now.Before(&metav1.Time{Time: deadline}) {
-		what := "did not report a new boot ID"
-		if boot != rc.BootID {
-			what = "rebooted but is not Ready"
-		}
-		d.failAttempt(fmt.Sprintf("reboot: node %s %s within %s (boot ID %s)", o.node.Name, what, timeout, rc.BootID))
-		return false
-	}
-	live := o.jobs[want.Name]
-	if rc.RemediationJob != want.Name {
-		// Created once: a Job that vanishes with its pod in the reboot is
-		// not made again (that would reboot the node a second time).
-		rc.RemediationJob = want.Name
-		if live == nil {
-			d.p.createJobs = append(d.p.createJobs, want)
-		}
-	}
-	state := "job " + want.Namespace + "/" + want.Name + " gone"
-	if live != nil {
-		_, state = job.Result(live)
-		state = "job " + want.Namespace + "/" + want.Name + ": " + state
-	}
-	d.statusReason(gpuhealthv1alpha1.ReasonRemediating, fmt.Sprintf("attempt %d: rebooting (%s); waiting for a boot ID other than %s until %s",
-		rc.Attempt, state, rc.BootID, deadline.UTC().Format(time.RFC3339)))
-	d.wait(min(jobRecheck, deadline.Sub(o.now.Time)))
-	return false
-}
-
-// jobSucceeded makes sure the Job exists and says whether it succeeded; a
-// failed Job fails the attempt.
-func (d *decider) jobSucceeded(want *batchv1.Job, waitingReason string) bool {
-	rc := d.p.status.Recertification
-	live := d.o.jobs[want.Name]
-	if live == nil {
-		d.p.createJobs = append(d.p.createJobs, want)
-		live = want
-	}
-	result, msg := job.Result(live)
-	switch result {
-	case gpuhealthv1alpha1.JobSucceeded:
-		return true
-	case gpuhealthv1alpha1.JobFailed:
-		d.failAttempt(fmt.Sprintf("job %s/%s: %s", live.Namespace, live.Name, msg))
-		return false
-	default:
-		rc.Result = result
-		d.statusReason(waitingReason, fmt.Sprintf("attempt %d: job %s/%s %s", rc.Attempt, live.Namespace, live.Name, msg))
-		d.wait(jobRecheck)
-		return false
-	}
-}
-
-// failAttempt records a failed recertification attempt: back to quarantine
-// for another, or Failed when the attempts are used up.
-func (d *decider) failAttempt(why string) {
-	rc := d.p.status.Recertification
-	rc.Result, rc.CompletedAt, rc.Message = gpuhealthv1alpha1.JobFailed, &d.o.now, truncate(why, 1024)
-	maxAttempts := d.o.policy.Spec.Recertification.MaxAttempts
-	if maxAttempts == 0 {
-		maxAttempts = defaultMaxAttempts
-	}
-	msg := fmt.Sprintf("recertification attempt %d of %d failed: %s", rc.Attempt, maxAttempts, why)
-	if rc.Attempt >= maxAttempts {
-		d.transition(fsm.Fail, gpuhealthv1alpha1.ReasonRecertificationExhausted, msg, "")
-		return
-	}
-	d.transition(fsm.FailRecertification, gpuhealthv1alpha1.ReasonRecertificationFailed, msg, "")
-}
-
 // closeFindings returns the node to service: it closes the findings that
 // led here (so they do not quarantine it again), ends the node's running
 // Jobs, lifts what gpuhealth put on the node (after the status write) and
@@ -856,4 +558,74 @@ func (d *decider) condition(t string, ok bool, reason, message string) {
 	meta.SetStatusCondition(&d.p.status.Conditions, metav1.Condition{
 		Type: t, Status: status, Reason: reason, Message: truncate(message, 1024), ObservedGeneration: d.o.nh.Generation, LastTransitionTime: d.o.now,
 	})
+}
+
+// nodeEvent announces an Event on the Node, with its NodeHealth as the
+// related object, once the status is written.
+func (d *decider) nodeEvent(eventType, reason, action, note string, args ...any) {
+	d.p.announce = append(d.p.announce, d.o.nodeAnnouncement(eventType, reason, action, fmt.Sprintf(note, args...)))
+}
+
+// describe summarises findings for a message.
+func describe(js []judgement) string {
+	var parts []string
+	for i, j := range js {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(js)-3))
+			break
+		}
+		sp := j.event.Spec
+		p := fmt.Sprintf("%s %s on %s (%s, %s)", sp.Check, sp.Code, componentName(sp.Component), sp.Source, j.action)
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func componentName(c gpuhealthv1alpha1.Component) string {
+	if c.ID == "" {
+		return string(c.Kind)
+	}
+	return c.ID
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// newRequest says whether spec.request holds a request not yet carried out.
+func newRequest(nh *gpuhealthv1alpha1.NodeHealth) bool {
+	req := nh.Spec.Request
+	return req != nil && (nh.Status.LastRequest == nil || nh.Status.LastRequest.ID != req.ID)
+}
+
+// fences says whether the policy's quarantine cordons or taints.
+func fences(p *gpuhealthv1alpha1.RemediationPolicy) bool {
+	return policyCordons(p) || nodepkg.Taint(p.Spec.Quarantine.Taint) != nil
+}
+
+func policyCordons(p *gpuhealthv1alpha1.RemediationPolicy) bool {
+	c := p.Spec.Quarantine.Cordon
+	return c == nil || *c
+}
+
+// countingOf returns the judgements that count against the node.
+func countingOf(js []judgement) []judgement {
+	var out []judgement
+	for _, j := range js {
+		if j.counts {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// phaseLabel is the phase label value a policy wants, empty for none.
+func phaseLabel(p *gpuhealthv1alpha1.RemediationPolicy, phase gpuhealthv1alpha1.NodeHealthPhase) string {
+	if l := p.Spec.Quarantine.PhaseLabel; l != nil && !*l {
+		return ""
+	}
+	return string(phase)
 }

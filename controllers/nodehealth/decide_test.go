@@ -659,7 +659,7 @@ func TestDecide(t *testing.T) {
 func TestDecideIllegalTransition(t *testing.T) {
 	g := NewWithT(t)
 	o := obs()
-	d := &decider{o: o, p: &plan{status: *o.nh.Status.DeepCopy()}}
+	d := &decider{o: o, p: &plan{planWrite: planWrite{status: *o.nh.Status.DeepCopy()}}}
 	var err error
 	d.machine, err = fsm.New(healthy)
 	g.Expect(err).NotTo(HaveOccurred())

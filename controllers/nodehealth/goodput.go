@@ -39,31 +39,31 @@ var (
 		[]string{"computedomain"}, nil)
 )
 
-// fleetGauges exports the per-node and GPU-time gauges at each scrape,
+// nodeGauges exports the per-node and GPU-time gauges at each scrape,
 // from the persisted NodeHealth status and the cached Nodes, so they need
 // no bookkeeping of their own and cannot drift from what is written: a new
 // leader exports every node's phase once its cache has synced, before its
 // first pass. Only the leader exports them: a standby's copy would double
 // every sum.
-type fleetGauges struct {
+type nodeGauges struct {
 	mu      sync.Mutex
 	reader  client.Reader
 	elected <-chan struct{}
 }
 
-var fleet = &fleetGauges{}
+var gauges = &nodeGauges{}
 
-func init() { metrics.Registry.MustRegister(fleet) }
+func init() { metrics.Registry.MustRegister(gauges) }
 
 // serve makes the gauges read from reader once elected is closed.
-func (f *fleetGauges) serve(reader client.Reader, elected <-chan struct{}) {
+func (f *nodeGauges) serve(reader client.Reader, elected <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reader, f.elected = reader, elected
 }
 
 // Describe sends the gauges' descriptions.
-func (f *fleetGauges) Describe(ch chan<- *prometheus.Desc) {
+func (f *nodeGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- nodePhaseDesc
 	ch <- drainTimedOutDesc
 	ch <- deadMemberListedDesc
@@ -73,7 +73,7 @@ func (f *fleetGauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect lists NodeHealths and Nodes from the cache and sends the gauges.
-func (f *fleetGauges) Collect(ch chan<- prometheus.Metric) {
+func (f *nodeGauges) Collect(ch chan<- prometheus.Metric) {
 	f.mu.Lock()
 	reader, elected := f.reader, f.elected
 	f.mu.Unlock()

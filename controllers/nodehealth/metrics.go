@@ -95,7 +95,7 @@ var (
 )
 
 // The per-node gauges are built at each scrape, by the leader, from the
-// cached NodeHealths (fleetGauges, goodput.go) rather than kept as
+// cached NodeHealths (nodeGauges, goodput.go) rather than kept as
 // client_golang series: at 5,000 nodes nine series a node held about 16 MB
 // of the operator's heap, six of them a phase the node was not in, at 0. A
 // node's phase series is its current phase's, at 1; the condition gauges

@@ -2,6 +2,7 @@ package nodehealth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
@@ -35,8 +35,11 @@ type observation struct {
 	now metav1.Time
 	// node is the Node as the cache has it; never written through.
 	node *corev1.Node
-	// nh is the node's NodeHealth as read; never written through.
-	nh *gpuhealthv1alpha1.NodeHealth
+	// nh is the node's NodeHealth as read; never written through. When the
+	// node has none yet (nhMissing), an empty one of its name, which apply
+	// creates.
+	nh        *gpuhealthv1alpha1.NodeHealth
+	nhMissing bool
 	// policy is the RemediationPolicy that manages the node.
 	policy *gpuhealthv1alpha1.RemediationPolicy
 	// findings are the node's NodeHealthEvents as read.
@@ -49,16 +52,18 @@ type observation struct {
 	jobs map[string]*batchv1.Job
 	// uncordonedBy names who lifted gpuhealth's cordon, when someone did.
 	uncordonedBy string
-	// breaker is the circuit breaker as seen now, without recording
-	// anything; set when a new quarantine may be decided.
+	// breaker is the circuit breaker as seen now, without counting a
+	// quarantine; set when a new quarantine may be decided.
 	breaker *breakerView
 	// stormHold is how long the bookkeeping after this process's fence
 	// waits for a storm of fences to pass; zero: it goes ahead.
 	stormHold time.Duration
 	// budgets are the budget counts; set when a drain may be decided.
 	budgets *budgetCount
-	// drain is this pass's drain of the node; set while it drains.
-	drain *drainPass
+	// drains says the node is draining now; drain is the pass of the drain
+	// that ran before deciding (see actBeforeDeciding).
+	drains bool
+	drain  *drainPass
 	// outputs are the finished suite Jobs' outputs that wait for a verdict, by Job name.
 	outputs map[string]jobOutput
 	// workloads are the pods a drain would remove (namespace/name); read
@@ -78,6 +83,8 @@ type breakerView struct {
 	// per pass; enabled is false for a disabled breaker.
 	settings breaker.Settings
 	enabled  bool
+	// reset is the reset token the peek honoured, for its Event.
+	reset string
 }
 
 // budgetCount is every budget that applies to the node, counted.
@@ -94,8 +101,7 @@ type budgetCount struct {
 	fromRecentList bool
 }
 
-// drainPass is what one pass of the Drainer did and found. The drain is the
-// one act observe makes: the Eviction API answers only by being tried.
+// drainPass is what one pass of the Drainer did and found.
 type drainPass struct {
 	result drain.Result
 	err    error
@@ -108,18 +114,20 @@ func (e *errCacheBehind) Error() string {
 	return fmt.Sprintf("the cache does not show this operator's last write of %s %s yet", e.kind, e.name)
 }
 
-// observe reads the node's world. It returns a nil observation when the node
-// is gone or no policy manages it, and an *errCacheBehind when the cache
-// lags behind one of this process's writes (deciding on it would repeat a
-// decision).
+// errNodeGone says the node was deleted.
+var errNodeGone = errors.New("the node is gone")
+
+// observe reads the node's world, and nothing else: it writes nothing, to
+// the apiserver or to this process's own state beyond caches. It returns
+// errNodeGone when the node was deleted, a nil observation when no policy
+// manages it, and an *errCacheBehind when the cache lags behind one of this
+// process's writes (deciding on it would repeat a decision). Which of the
+// costly inputs it reads is decide's to say (inputsFor).
 func (r *Reconciler) observe(ctx context.Context, name string) (*observation, error) {
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		if apierrors.IsNotFound(err) {
-			forgetSuiteMeasurements(name)
-			r.expect.forget(kindNode, name)
-			r.expect.forget(kindNodeHealth, name)
-			return nil, nil
+			return nil, errNodeGone
 		}
 		return nil, fmt.Errorf("getting node %s: %w", name, err)
 	}
@@ -127,21 +135,20 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 		return nil, &errCacheBehind{kindNode, name}
 	}
 	policy, err := r.policyFor(ctx, node)
-	if err != nil {
+	if err != nil || policy == nil {
 		return nil, err
 	}
-	if policy == nil {
-		forgetSuiteMeasurements(node.Name) // no longer managed
-		return nil, nil
-	}
-	nh, err := r.ensureNodeHealth(ctx, node)
-	if err != nil {
-		return nil, err
-	}
-	if !r.expect.caughtUp(kindNodeHealth, name, nh) {
+	nh := &gpuhealthv1alpha1.NodeHealth{}
+	unmanagedUntilNow := false
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(node), nh); apierrors.IsNotFound(err) {
+		// The first pass under a policy: apply creates it.
+		nh, unmanagedUntilNow = &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: name}}, true
+	} else if err != nil {
+		return nil, fmt.Errorf("getting nodehealth %s: %w", name, err)
+	} else if !r.expect.caughtUp(kindNodeHealth, name, nh) {
 		return nil, &errCacheBehind{kindNodeHealth, name}
 	}
-	o := &observation{now: metav1.NewTime(r.Clock.Now()), node: node, nh: nh, policy: policy, namespace: r.Namespace}
+	o := &observation{now: metav1.NewTime(r.Clock.Now()), node: node, nh: nh, nhMissing: unmanagedUntilNow, policy: policy, namespace: r.Namespace}
 	list := &gpuhealthv1alpha1.NodeHealthEventList{}
 	if err := r.Client.List(ctx, list, client.MatchingFields{gpuhealthv1alpha1.EventNodeNameField: name}); err != nil {
 		return nil, fmt.Errorf("listing events of node %s: %w", name, err)
@@ -164,50 +171,39 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 	for i := range jobs.Items {
 		o.jobs[jobs.Items[i].Name] = &jobs.Items[i]
 	}
-	phase := nh.Status.Phase
-	if phase != "" && phase != gpuhealthv1alpha1.PhaseHealthy && nodepkg.HumanUncordoned(node) {
+	if nodepkg.HumanUncordoned(node) {
 		o.uncordonedBy = nodepkg.UncordonedBy(node, FieldManager)
 	}
-	if nh.Spec.Exclude || o.uncordonedBy != "" || newRequest(nh) {
-		return o, nil // decided without the phase's inputs
-	}
+	return o, r.observeInputs(ctx, o, inputsFor(o))
+}
 
-	counting := len(judgeAll(o)) > 0
-	fenced := nodepkg.AppliedOn(node).Any()
-	if phase == "" && policy.Spec.Certification.NewNodes {
-		o.workloads, o.workloadsErr = r.Drainer.Workloads(ctx, name, policy.Spec.Drain)
+// observeInputs reads the costly inputs decide asked for.
+func (r *Reconciler) observeInputs(ctx context.Context, o *observation, in inputs) error {
+	var err error
+	if in.workloads {
+		o.workloads, o.workloadsErr = r.Drainer.Workloads(ctx, o.node.Name, o.policy.Spec.Drain)
 	}
-	switch phase {
-	case gpuhealthv1alpha1.PhaseCertifying, gpuhealthv1alpha1.PhaseRecertifying:
+	if in.outputs {
 		o.outputs = r.readOutputs(ctx, o)
 	}
-	switch phase {
-	case "", gpuhealthv1alpha1.PhaseHealthy, gpuhealthv1alpha1.PhaseCertifying:
-		if !counting {
-			break
-		}
-		if fenced {
-			o.stormHold = r.storm.hold(name)
-		} else if o.breaker, err = r.peekBreaker(ctx, policy, o.now.Time); err != nil {
-			return nil, err
-		}
-		if fenced || !o.policy.Spec.DryRun && !fences(o.policy) {
-			o.budgets = r.countBudgets(ctx, o, false)
-		}
-	case gpuhealthv1alpha1.PhaseQuarantined:
-		o.budgets = r.countBudgets(ctx, o, false)
-	case gpuhealthv1alpha1.PhaseDraining:
-		if !nh.Spec.Hold {
-			o.drain = r.drainPass(ctx, o)
-		}
-	case gpuhealthv1alpha1.PhaseFailed:
-		if policy.Spec.Remediation.HandOff != nil && !policy.Spec.DryRun {
-			if o.handOff, err = r.observeHandOff(ctx, o); err != nil {
-				return nil, err
-			}
+	if in.stormHold {
+		o.stormHold = r.storm.hold(o.node.Name)
+	}
+	if in.breaker {
+		if o.breaker, err = r.peekBreaker(ctx, o.policy, o.now.Time); err != nil {
+			return err
 		}
 	}
-	return o, nil
+	if in.budgets {
+		o.budgets = r.countBudgets(ctx, o, false)
+	}
+	o.drains = in.drain
+	if in.handOff {
+		if o.handOff, err = r.observeHandOff(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readOutputs reads the output of the current attempt's finished suite
@@ -249,41 +245,6 @@ func (r *Reconciler) readOutputs(ctx context.Context, o *observation) map[string
 	return out
 }
 
-// newRequest says whether spec.request holds a request not yet carried out.
-func newRequest(nh *gpuhealthv1alpha1.NodeHealth) bool {
-	req := nh.Spec.Request
-	return req != nil && (nh.Status.LastRequest == nil || nh.Status.LastRequest.ID != req.ID)
-}
-
-// fences says whether the policy's quarantine cordons or taints.
-func fences(p *gpuhealthv1alpha1.RemediationPolicy) bool {
-	return policyCordons(p) || nodepkg.Taint(p.Spec.Quarantine.Taint) != nil
-}
-
-func policyCordons(p *gpuhealthv1alpha1.RemediationPolicy) bool {
-	c := p.Spec.Quarantine.Cordon
-	return c == nil || *c
-}
-
-// drainPass runs one bounded pass of the drain. A pod deleted past its
-// timeout is announced at once: the deletion happened whatever the status
-// write does.
-func (r *Reconciler) drainPass(ctx context.Context, o *observation) *drainPass {
-	if o.policy.Spec.DryRun {
-		return nil
-	}
-	started := o.now.Time
-	if ds := o.nh.Status.Drain; ds != nil && ds.StartedAt != nil {
-		started = ds.StartedAt.Time
-	}
-	res, err := r.Drainer.Drain(ctx, o.node.Name, o.policy.Spec.Drain, started)
-	for _, p := range res.ForceDeleted {
-		r.Recorder.Eventf(o.node, o.nh, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonForceDeleted, "Drain",
-			"deleted pod %s after the drain timeout", p.String())
-	}
-	return &drainPass{result: res, err: err}
-}
-
 // policyFor returns the RemediationPolicy that manages the node (see
 // gpuhealthv1alpha1.ManagingPolicy), nil when none does.
 func (r *Reconciler) policyFor(ctx context.Context, node *corev1.Node) (*gpuhealthv1alpha1.RemediationPolicy, error) {
@@ -292,32 +253,4 @@ func (r *Reconciler) policyFor(ctx context.Context, node *corev1.Node) (*gpuheal
 		return nil, fmt.Errorf("listing remediation policies: %w", err)
 	}
 	return gpuhealthv1alpha1.ManagingPolicy(list.Items, node.Labels), nil
-}
-
-// ensureNodeHealth returns the node's NodeHealth, creating it owned by the
-// Node so that deleting the Node deletes it.
-func (r *Reconciler) ensureNodeHealth(ctx context.Context, node *corev1.Node) (*gpuhealthv1alpha1.NodeHealth, error) {
-	nh := &gpuhealthv1alpha1.NodeHealth{}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(node), nh)
-	if err == nil {
-		return nh, nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("getting nodehealth %s: %w", node.Name, err)
-	}
-	nh = &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: node.Name}}
-	if err := controllerutil.SetOwnerReference(node, nh, r.Client.Scheme()); err != nil {
-		return nil, fmt.Errorf("owning nodehealth %s: %w", node.Name, err)
-	}
-	if err := r.Client.Create(ctx, nh); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Our cache was behind: it exists, read it.
-			if err := r.Client.Get(ctx, client.ObjectKeyFromObject(node), nh); err != nil {
-				return nil, fmt.Errorf("getting nodehealth %s: %w", node.Name, err)
-			}
-			return nh, nil
-		}
-		return nil, fmt.Errorf("creating nodehealth %s: %w", node.Name, err)
-	}
-	return nh, nil
 }

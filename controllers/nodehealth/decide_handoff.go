@@ -1,16 +1,12 @@
 package nodehealth
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
@@ -20,43 +16,6 @@ import (
 // handOffRecheck is how often a handed-off node's target is read again, to
 // show its status.
 const handOffRecheck = time.Minute
-
-// handOffTarget is what observe found for a failed node's hand-off.
-type handOffTarget struct {
-	// obj is the Machine, or the object the template names once it exists.
-	obj *unstructured.Unstructured
-	// want is the rendered template (type Template).
-	want *unstructured.Unstructured
-	// err says why the hand-off cannot be made (permanent).
-	err error
-}
-
-// observeHandOff reads what a failed node's hand-off needs: the Machine, or
-// the rendered template and the object it names. A permanent failure is
-// part of the observation (decide records it); any other error fails the pass.
-func (r *Reconciler) observeHandOff(ctx context.Context, o *observation) (*handOffTarget, error) {
-	spec := o.policy.Spec.Remediation.HandOff
-	t := &handOffTarget{}
-	var err error
-	switch spec.Type {
-	case gpuhealthv1alpha1.HandOffClusterAPI:
-		t.obj, err = handoff.GetMachine(ctx, r.Client, r.APIReader, o.node)
-	case gpuhealthv1alpha1.HandOffTemplate:
-		if t.want, err = handoff.Render(spec.Template, handOffData(o), nodeHealthOwner(o)); err == nil {
-			t.obj, err = handoff.Get(ctx, r.APIReader, t.want)
-		}
-		if err == nil && t.obj == nil && o.nh.Status.HandOff == nil {
-			err = handoff.Check(ctx, r.Client, t.want)
-		}
-	default:
-		return nil, nil
-	}
-	if errors.Is(err, handoff.ErrPermanent) {
-		t.err = err
-		return t, nil
-	}
-	return t, err
-}
 
 // nodeHealthOwner makes a template's object owned by the node's NodeHealth.
 func nodeHealthOwner(o *observation) metav1.OwnerReference {
@@ -173,53 +132,4 @@ func (d *decider) handOffFailed() {
 	}
 	fsm.Note(st, event, truncate(what, 1024), d.o.now)
 	d.nodeEvent(corev1.EventTypeWarning, event, "HandOff", "%s", what)
-}
-
-// applyHandOff makes the hand-off decided; idempotent, so a pass whose
-// status write fails repeats it harmlessly.
-func (r *Reconciler) applyHandOff(ctx context.Context, p *plan) error {
-	t := p.handOff
-	if t == nil {
-		return nil
-	}
-	if t.want == nil {
-		return handoff.AnnotateMachine(ctx, r.Client, t.obj, p.handedOff.Reason)
-	}
-	if t.obj != nil {
-		return nil
-	}
-	return handoff.Create(ctx, r.Client, t.want)
-}
-
-// applyWithdraw takes back a hand-off the plan ends (see withdrawHandOff).
-// What is gone already, or cannot be read for good, has nothing to take back.
-func (r *Reconciler) applyWithdraw(ctx context.Context, o *observation, p *plan) error {
-	h := p.withdraw
-	if h == nil {
-		return nil
-	}
-	var err error
-	switch h.Type {
-	case gpuhealthv1alpha1.HandOffClusterAPI:
-		var m *unstructured.Unstructured
-		if m, err = handoff.GetMachine(ctx, r.Client, r.APIReader, o.node); err == nil {
-			err = handoff.Unannotate(ctx, r.Client, m)
-		}
-	case gpuhealthv1alpha1.HandOffTemplate:
-		spec := o.policy.Spec.Remediation.HandOff
-		if spec == nil || spec.Template == nil {
-			return nil
-		}
-		var want *unstructured.Unstructured
-		if want, err = handoff.Render(spec.Template, handOffData(o), nodeHealthOwner(o)); err == nil {
-			err = handoff.DeleteOwned(ctx, r.Client, r.APIReader, want, o.nh.UID)
-		}
-	}
-	if errors.Is(err, handoff.ErrPermanent) {
-		// Gone, or not ours to take back (no RBAC): the node's return must
-		// not wait for it.
-		log.FromContext(ctx).Info("Could not take the hand-off back", "type", h.Type, "reason", err.Error())
-		return nil
-	}
-	return err
 }

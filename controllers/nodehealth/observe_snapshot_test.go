@@ -14,9 +14,9 @@ func TestFleetSnapshotIsReusedUntilSomethingChanges(t *testing.T) {
 	h := newHarness(t)
 	p := h.policy(nil)
 	n := h.node("fleet-a", nil)
-	h.r.fleetCache = &fleetCache{}
+	h.r.snapshots = &snapshotCache{}
 
-	managed, nhs, err := h.r.fleet(h.ctx, p)
+	managed, nhs, err := h.r.snapshot(h.ctx, p)
 	h.g.Expect(err).NotTo(HaveOccurred())
 	h.g.Expect(managed).To(HaveKey(n.Name))
 	before := len(nhs)
@@ -24,21 +24,21 @@ func TestFleetSnapshotIsReusedUntilSomethingChanges(t *testing.T) {
 	nh := &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: n.Name + "-nh"}}
 	h.g.Expect(k8sClient.Create(h.ctx, nh)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(h.ctx, nh) })
-	_, nhs, err = h.r.fleet(h.ctx, p)
+	_, nhs, err = h.r.snapshot(h.ctx, p)
 	h.g.Expect(err).NotTo(HaveOccurred())
 	h.g.Expect(nhs).To(HaveLen(before), "nothing said the fleet changed: the snapshot is reused")
 
-	h.r.fleetCache.changed()
-	_, nhs, err = h.r.fleet(h.ctx, p)
+	h.r.snapshots.changed()
+	_, nhs, err = h.r.snapshot(h.ctx, p)
 	h.g.Expect(err).NotTo(HaveOccurred())
 	h.g.Expect(nhs).To(HaveLen(before+1), "after a change the snapshot is read again")
 
 	p.Generation++
-	h.g.Expect(h.r.fleetCache.snaps).To(HaveLen(1))
-	_, _, err = h.r.fleet(h.ctx, p)
+	h.g.Expect(h.r.snapshots.snaps).To(HaveLen(1))
+	_, _, err = h.r.snapshot(h.ctx, p)
 	h.g.Expect(err).NotTo(HaveOccurred())
-	h.g.Expect(h.r.fleetCache.snaps).To(HaveLen(1), "a new policy generation replaces the policy's snapshot")
-	h.g.Expect(h.r.fleetCache.snaps[p.UID].generation).To(Equal(p.Generation))
+	h.g.Expect(h.r.snapshots.snaps).To(HaveLen(1), "a new policy generation replaces the policy's snapshot")
+	h.g.Expect(h.r.snapshots.snaps[p.UID].generation).To(Equal(p.Generation))
 }
 
 func TestSameLabelsButPhase(t *testing.T) {

@@ -21,7 +21,7 @@ const DefaultRule = "default"
 type judgement struct {
 	// event is the finding; the reconcile records its judgement in event.Status.
 	event *gpuhealthv1alpha1.NodeHealthEvent
-	// orig is the finding as read, so flushEvents patches only what changed.
+	// orig is the finding as read, so record patches only what changed.
 	orig *gpuhealthv1alpha1.NodeHealthEvent
 	// verdict, action and rule are what the policy (or the built-in table) says.
 	verdict gpuhealthv1alpha1.Verdict

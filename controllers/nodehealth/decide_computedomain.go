@@ -1,7 +1,6 @@
 package nodehealth
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,12 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
-	"github.com/gpuhealth/gpuhealth/remediation/budget"
 	"github.com/gpuhealth/gpuhealth/remediation/member"
 )
 
@@ -35,88 +31,6 @@ const (
 	deadMemberSettle = 30 * time.Second
 )
 
-// observedMembership is what this reconcile sees of the node's
-// ComputeDomain membership, from the node's labels, the daemon pods in the
-// cache and the view; no apiserver call.
-type observedMembership struct {
-	// uid is the domain's UID; empty when no trace names one.
-	uid types.UID
-	// traces are the signs of membership present now.
-	traces []gpuhealthv1alpha1.MembershipTrace
-	// cliqueID is the node's clique within the domain, when known.
-	cliqueID string
-	// domain is the domain object, when the view knows it.
-	domain *computedomain.Domain
-	// daemonPods are the node's ComputeDomain daemon pods (cache copies).
-	daemonPods []*corev1.Pod
-}
-
-// member says whether anything still ties the node to a domain.
-func (m *observedMembership) member() bool { return len(m.traces) > 0 }
-
-// observeComputeDomain reads the node's membership. Membership sources, in
-// the order the driver creates them: the node label (the only one when
-// IMEX runs as a host service), the domain's daemon pod, and the entry in
-// a ComputeDomainClique or, on drivers without cliques, in the domain's
-// status.nodes.
-func (r *Reconciler) observeComputeDomain(ctx context.Context, node *corev1.Node, nh *gpuhealthv1alpha1.NodeHealth) (*observedMembership, error) {
-	m := &observedMembership{}
-	if uid := node.Labels[computedomain.NodeLabel]; uid != "" {
-		m.uid = types.UID(uid)
-		m.traces = append(m.traces, gpuhealthv1alpha1.TraceNodeLabel)
-	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.MatchingFields{gpuhealthv1alpha1.PodNodeNameField: node.Name}, client.HasLabels{computedomain.NodeLabel}); err != nil {
-		return nil, fmt.Errorf("listing daemon pods of node %s: %w", node.Name, err)
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		podDomain := types.UID(p.Labels[computedomain.NodeLabel])
-		if m.uid == "" {
-			m.uid = podDomain
-		}
-		if podDomain != m.uid {
-			continue // a pod of the node's previous domain, still terminating
-		}
-		if m.cliqueID == "" {
-			m.cliqueID = p.Labels[computedomain.PodCliqueLabel]
-		}
-		m.daemonPods = append(m.daemonPods, p)
-	}
-	if len(m.daemonPods) > 0 {
-		m.traces = append(m.traces, gpuhealthv1alpha1.TraceDaemonPod)
-	}
-	if r.ComputeDomains != nil {
-		for _, l := range r.ComputeDomains.Listed(node.Name) {
-			if m.uid == "" {
-				m.uid = l.DomainUID
-			}
-			if l.DomainUID != m.uid {
-				continue // a stale entry of another domain; the label's domain wins
-			}
-			if l.CliqueID != "" {
-				m.cliqueID = l.CliqueID
-			}
-			if !slices.Contains(m.traces, l.Trace) {
-				m.traces = append(m.traces, l.Trace)
-			}
-		}
-		if m.uid == "" && nh.Status.ComputeDomain != nil {
-			m.uid = types.UID(nh.Status.ComputeDomain.UID)
-		}
-		if m.uid != "" {
-			if d, ok := r.ComputeDomains.Domain(m.uid); ok {
-				m.domain = &d
-			}
-		}
-	}
-	if m.cliqueID == "" && m.member() {
-		m.cliqueID = node.Labels[computedomain.CliqueNodeLabel]
-	}
-	slices.Sort(m.traces)
-	return m, nil
-}
-
 // ignoreNonMemberIMEX overrides the judgement of an IMEX finding about a
 // node that is no ComputeDomain member: a stale report from a daemon that
 // has gone (or a host service idling without a domain) must not take a
@@ -130,7 +44,7 @@ func ignoreNonMemberIMEX(o *observation, j *judgement) {
 		o.node.Name, computedomain.NodeLabel)
 }
 
-// ensureMembershipStatus writes the observed membership into
+// membership writes the observed membership into
 // status.computeDomain and publishes a MemberLeft Event on the domain when
 // the node's last trace goes. A node that left while out of service keeps
 // the entry (membership Left) so it still counts against its domain's
@@ -217,84 +131,6 @@ func domainAnnouncement(o *observation, st *gpuhealthv1alpha1.ComputeDomainMembe
 		return announcement{}, false
 	}
 	return announcement{regarding: ref, related: o.node, eventType: eventType, reason: reason, action: action, note: note}, true
-}
-
-// domainBudgets returns the per-ComputeDomain and per-clique decisions for
-// the node. nhs are all NodeHealths (read by the caller through the reader
-// the decision needs); nodes are the managed nodes' labels from the cache.
-func (r *Reconciler) domainBudgets(o *observation, nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]map[string]string) ([]budget.Decision, error) {
-	var out []budget.Decision
-	var errs []error
-	// The domain's budget applies while the node is a member: a node whose
-	// job ended while it was quarantined holds no domain up.
-	if uid := o.cd.uid; uid != "" && o.cd.member() {
-		members := map[string]bool{o.node.Name: true}
-		for name, lbls := range nodes {
-			if lbls[computedomain.NodeLabel] == string(uid) {
-				members[name] = true
-			}
-		}
-		if r.ComputeDomains != nil {
-			for _, n := range r.ComputeDomains.Members(uid) {
-				members[n] = true
-			}
-		}
-		consuming := 0
-		for i := range nhs {
-			nh := &nhs[i]
-			if nh.Name == o.nh.Name || nh.Status.ComputeDomain == nil || nh.Status.ComputeDomain.UID != string(uid) {
-				continue
-			}
-			if o.policy.Spec.ConsumesBudget(nh.Status.Phase) {
-				members[nh.Name] = true
-				consuming++
-			}
-		}
-		limit, err := budget.Limit(o.policy.Spec.Budgets.MaxUnavailablePerComputeDomain, len(members), intstr.FromInt32(1))
-		errs = append(errs, err)
-		out = append(out, budget.Decision{Name: string(gpuhealthv1alpha1.BudgetPerComputeDomain), Limit: limit,
-			Consuming: consuming, Total: len(members), Scope: "ComputeDomain " + domainName(o.cd, o.nh.Status.ComputeDomain, uid)})
-	}
-	if clique := cliqueOf(o.node.Labels, o.nh.Status.ComputeDomain); clique != "" {
-		total, consuming := 0, 0
-		for name, lbls := range nodes {
-			if lbls[computedomain.CliqueNodeLabel] == clique || name == o.node.Name {
-				total++
-			}
-		}
-		for i := range nhs {
-			nh := &nhs[i]
-			lbls, managed := nodes[nh.Name]
-			if nh.Name == o.nh.Name || !managed || !o.policy.Spec.ConsumesBudget(nh.Status.Phase) {
-				continue
-			}
-			if cliqueOf(lbls, nh.Status.ComputeDomain) == clique {
-				consuming++
-			}
-		}
-		limit, err := budget.Limit(o.policy.Spec.Budgets.MaxUnavailablePerClique, total, intstr.FromInt32(1))
-		errs = append(errs, err)
-		out = append(out, budget.Decision{Name: string(gpuhealthv1alpha1.BudgetPerClique), Limit: limit,
-			Consuming: consuming, Total: total, Scope: "clique " + clique})
-	}
-	for _, err := range errs {
-		if err != nil {
-			return out, err
-		}
-	}
-	return out, nil
-}
-
-// cliqueOf is the node's NVLink clique: its GPU Feature Discovery label,
-// else the clique its ComputeDomain membership names.
-func cliqueOf(lbls map[string]string, cd *gpuhealthv1alpha1.ComputeDomainMembership) string {
-	if c := lbls[computedomain.CliqueNodeLabel]; c != "" {
-		return c
-	}
-	if cd != nil {
-		return cd.CliqueID
-	}
-	return ""
 }
 
 // domainName is the domain's namespace/name when known, else its UID.

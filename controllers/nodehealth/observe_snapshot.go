@@ -18,8 +18,8 @@ import (
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
-// fleetCache keeps, per policy (and its generation), what a budget count reads from the informer
-// cache — the managed nodes' labels and every NodeHealth — and rebuilds it
+// snapshotCache keeps, per policy (and its generation), what a budget count
+// reads from the informer cache — the managed nodes' labels and every NodeHealth — and rebuilds it
 // only when something a count depends on changed: a node added, deleted or
 // relabelled, a NodeHealth added, deleted, entering or leaving a phase that
 // uses a budget, or changing its ComputeDomain. Without it every reconcile
@@ -28,15 +28,15 @@ import (
 //
 // The snapshot's objects are the cache's own (read-only). A count from it is
 // the cheap first check; the decision to drain is confirmed from the
-// apiserver (see startDrain).
-type fleetCache struct {
+// apiserver under the admission lock (see admit).
+type snapshotCache struct {
 	version atomic.Uint64
 
 	mu    sync.Mutex
-	snaps map[types.UID]*fleetSnapshot // by policy
+	snaps map[types.UID]*budgetSnapshot // by policy
 }
 
-type fleetSnapshot struct {
+type budgetSnapshot struct {
 	version    uint64
 	generation int64 // the policy's
 	managed    map[string]map[string]string
@@ -44,7 +44,7 @@ type fleetSnapshot struct {
 }
 
 // changed invalidates every snapshot.
-func (f *fleetCache) changed() {
+func (f *snapshotCache) changed() {
 	if f != nil {
 		f.version.Add(1)
 	}
@@ -53,7 +53,7 @@ func (f *fleetCache) changed() {
 // watch registers the informer handlers that invalidate the snapshots. The
 // informer updates its store before it calls handlers, so a snapshot taken
 // after a change was stored is never older than the version it carries.
-func (f *fleetCache) watch(ctx context.Context, mgr ctrl.Manager) error {
+func (f *snapshotCache) watch(ctx context.Context, mgr ctrl.Manager) error {
 	nodes, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
 	if err != nil {
 		return fmt.Errorf("getting the node informer: %w", err)
@@ -106,12 +106,12 @@ func sameLabelsButPhase(a, b map[string]string) bool {
 	return maps.Equal(a, b)
 }
 
-// fleet returns the nodes the policy manages (labels by name) and every
+// snapshot returns the nodes the policy manages (labels by name) and every
 // NodeHealth, from the informer cache, read-only.
-func (r *Reconciler) fleet(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (map[string]map[string]string, []gpuhealthv1alpha1.NodeHealth, error) {
-	f := r.fleetCache
+func (r *Reconciler) snapshot(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (map[string]map[string]string, []gpuhealthv1alpha1.NodeHealth, error) {
+	f := r.snapshots
 	if f == nil {
-		return r.readFleet(ctx, p)
+		return r.readSnapshot(ctx, p)
 	}
 	// One rebuild at a time: the workers that wait for it use its result.
 	f.mu.Lock()
@@ -122,23 +122,23 @@ func (r *Reconciler) fleet(ctx context.Context, p *gpuhealthv1alpha1.Remediation
 	if s := f.snaps[p.UID]; s != nil && s.version == v && s.generation == p.Generation {
 		return s.managed, s.nhs, nil
 	}
-	managed, nhs, err := r.readFleet(ctx, p)
+	managed, nhs, err := r.readSnapshot(ctx, p)
 	if err != nil {
 		return nil, nil, err
 	}
 	if f.snaps == nil {
-		f.snaps = map[types.UID]*fleetSnapshot{}
+		f.snaps = map[types.UID]*budgetSnapshot{}
 	}
 	for uid, s := range f.snaps {
 		if s.version != v {
 			delete(f.snaps, uid) // outdated: a deleted policy's, say
 		}
 	}
-	f.snaps[p.UID] = &fleetSnapshot{version: v, generation: p.Generation, managed: managed, nhs: nhs}
+	f.snaps[p.UID] = &budgetSnapshot{version: v, generation: p.Generation, managed: managed, nhs: nhs}
 	return managed, nhs, nil
 }
 
-func (r *Reconciler) readFleet(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (map[string]map[string]string, []gpuhealthv1alpha1.NodeHealth, error) {
+func (r *Reconciler) readSnapshot(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (map[string]map[string]string, []gpuhealthv1alpha1.NodeHealth, error) {
 	managed, err := r.managedNodes(ctx, p)
 	if err != nil {
 		return nil, nil, err

@@ -1,0 +1,165 @@
+package nodehealth
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// admission serialises the decisions that take a shared, counted resource:
+// one more quarantine from the circuit breaker, one more node out from the
+// disruption budgets. observe counts both from the cache, cheaply and
+// without taking anything; decide asks for what its plan needs
+// (planAsks); admit takes it for real — the breaker counts the quarantine,
+// and a drain is counted again from the apiserver under a lock held until
+// the status is written — and decides again on what it found. A pass holds
+// what it was granted in a ticket, which gives back what the pass did not
+// keep when the pass ends.
+type admission struct {
+	// mu serialises budget decisions within this process (the operator is
+	// leader-elected, so this process is the only one deciding).
+	mu sync.Mutex
+	// recent is the last count's list; guarded by mu.
+	recent *recentList
+}
+
+// ticket is one pass's hold on what admit granted.
+type ticket struct {
+	r      *Reconciler
+	policy string
+	at     time.Time
+	// reserved: the breaker counted a quarantine of this pass at at.
+	reserved bool
+	// locked: the pass holds admission.mu.
+	locked bool
+	// kept: the quarantine became real (its fence or its status was
+	// written), so release does not take it back.
+	kept bool
+}
+
+// admit grants what the plan asks for and returns the plan to carry out,
+// decided again where the grant changed what was observed. A nil plan means
+// another node's pass holds the budget lock: this pass hands its worker back
+// and comes again shortly (budgetLockRetry), so that twenty nodes admitted
+// one after another do not hold every worker while other nodes' drains wait
+// for one. The caller releases the ticket in every case.
+func (r *Reconciler) admit(ctx context.Context, o *observation, p *plan) (*ticket, *plan) {
+	t := &ticket{r: r, policy: o.policy.Name, at: o.now.Time}
+	if p.reserveBreaker {
+		// Counted now, given back by release when the quarantine does not
+		// become real; a refusal (another node took the last slot since
+		// the peek) is decided anew.
+		view := r.reserveBreaker(o.policy, o.breaker, o.now.Time)
+		t.reserved = view.allowed && view.enabled
+		o.breaker = view
+		if !view.allowed {
+			p = decide(o)
+		}
+	}
+	if !p.confirmBudget {
+		return t, p
+	}
+	// A drain decided from the cache's count is counted again from the
+	// apiserver, and written, inside one lock, so two nodes never take the
+	// last slot together.
+	if !r.admission.mu.TryLock() {
+		return t, nil
+	}
+	t.locked = true
+	o.budgets = r.countBudgets(ctx, o, true)
+	if o.budgets.fromRecentList && (o.budgets.err != nil || len(o.budgets.blocked) > 0) {
+		// A refusal is decided on a fresh list only.
+		r.admission.recent = nil
+		o.budgets = r.countBudgets(ctx, o, true)
+	}
+	return t, decide(o)
+}
+
+// keep says the pass's quarantine became real: its fence went through.
+func (t *ticket) keep() { t.kept = true }
+
+// wrote says the pass wrote the node's status with phase: the quarantine
+// is kept, and a write under the budget lock goes into the recent list.
+func (t *ticket) wrote(node string, phase gpuhealthv1alpha1.NodeHealthPhase) {
+	t.kept = true
+	if l := t.r.admission.recent; t.locked && l != nil {
+		l.wrote[node] = phase
+	}
+}
+
+// release gives back the quarantine the pass did not keep and the budget
+// lock.
+func (t *ticket) release() {
+	if t.reserved && !t.kept {
+		t.r.Breaker.Undo(t.policy, t.at)
+	}
+	if t.locked {
+		t.r.admission.mu.Unlock()
+	}
+}
+
+// recentListTTL is how long a list of the NodeHealths from the apiserver
+// serves the budget counts made under admission.mu after it.
+const recentListTTL = 2 * time.Second
+
+// recentList is the NodeHealths as a count under admission.mu last listed them
+// from the apiserver, with the phases this process wrote since under the
+// lock. Within recentListTTL a count that would start a drain reuses it
+// instead of listing every NodeHealth again, so that twenty nodes admitted
+// one after another cost one list, not twenty. It can only over-count:
+// the one way into Draining is a write under the lock (which it records),
+// and a node that left a budget-consuming phase since still counts. A
+// refusal is never decided on it (Reconcile lists again), and a policy
+// that counts certification against its budgets always lists, since a new
+// node enters Certifying without the lock. Guarded by admission.mu.
+type recentList struct {
+	at    time.Time
+	items []gpuhealthv1alpha1.NodeHealth
+	wrote map[string]gpuhealthv1alpha1.NodeHealthPhase
+}
+
+// liveNodeHealths returns the NodeHealths for a count under admission.mu: the
+// recent list with this process's writes laid over it where it may serve,
+// else a fresh list from the apiserver (which becomes the recent list). It
+// says which.
+func (r *Reconciler) liveNodeHealths(ctx context.Context, o *observation) ([]gpuhealthv1alpha1.NodeHealth, bool, error) {
+	if l := r.admission.recent; l != nil && !o.policy.Spec.Certification.CountAgainstBudget &&
+		!o.now.Time.Before(l.at) && o.now.Sub(l.at) < recentListTTL {
+		seen := make(map[string]bool, len(l.wrote))
+		for i := range l.items {
+			if ph, ok := l.wrote[l.items[i].Name]; ok {
+				l.items[i].Status.Phase = ph
+				seen[l.items[i].Name] = true
+			}
+		}
+		for name, ph := range l.wrote {
+			if !seen[name] {
+				l.items = append(l.items, gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: gpuhealthv1alpha1.NodeHealthStatus{Phase: ph}})
+			}
+		}
+		return l.items, true, nil
+	}
+	list := &gpuhealthv1alpha1.NodeHealthList{}
+	if err := r.APIReader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		r.admission.recent = nil
+		return nil, false, fmt.Errorf("listing nodehealths: %w", err)
+	}
+	r.admission.recent = &recentList{at: o.now.Time, items: list.Items, wrote: map[string]gpuhealthv1alpha1.NodeHealthPhase{}}
+	return list.Items, false, nil
+}
+
+// reserveBreaker counts one quarantine of the policy at now, with the
+// settings the peek resolved. When the breaker refuses (another node took
+// the last slot since the peek), the view says why.
+func (r *Reconciler) reserveBreaker(p *gpuhealthv1alpha1.RemediationPolicy, peeked *breakerView, now time.Time) *breakerView {
+	if peeked == nil || !peeked.enabled {
+		return &breakerView{allowed: true, message: "disabled"}
+	}
+	ok, st := r.Breaker.Allow(p.Name, peeked.settings, now)
+	return &breakerView{allowed: ok, message: st.Message, settings: peeked.settings, enabled: true}
+}

@@ -1,0 +1,47 @@
+package nodehealth
+
+import (
+	"context"
+	"errors"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/handoff"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// handOffTarget is what observe found for a failed node's hand-off.
+type handOffTarget struct {
+	// obj is the Machine, or the object the template names once it exists.
+	obj *unstructured.Unstructured
+	// want is the rendered template (type Template).
+	want *unstructured.Unstructured
+	// err says why the hand-off cannot be made (permanent).
+	err error
+}
+
+// observeHandOff reads what a failed node's hand-off needs: the Machine, or
+// the rendered template and the object it names. A permanent failure is
+// part of the observation (decide records it); any other error fails the pass.
+func (r *Reconciler) observeHandOff(ctx context.Context, o *observation) (*handOffTarget, error) {
+	spec := o.policy.Spec.Remediation.HandOff
+	t := &handOffTarget{}
+	var err error
+	switch spec.Type {
+	case gpuhealthv1alpha1.HandOffClusterAPI:
+		t.obj, err = handoff.GetMachine(ctx, r.Client, r.APIReader, o.node)
+	case gpuhealthv1alpha1.HandOffTemplate:
+		if t.want, err = handoff.Render(spec.Template, handOffData(o), nodeHealthOwner(o)); err == nil {
+			t.obj, err = handoff.Get(ctx, r.APIReader, t.want)
+		}
+		if err == nil && t.obj == nil && o.nh.Status.HandOff == nil {
+			err = handoff.Check(ctx, r.Client, t.want)
+		}
+	default:
+		return nil, nil
+	}
+	if errors.Is(err, handoff.ErrPermanent) {
+		t.err = err
+		return t, nil
+	}
+	return t, err
+}
