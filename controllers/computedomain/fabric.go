@@ -186,26 +186,66 @@ func IsFabricFault(ev *gpuhealthv1alpha1.NodeHealthEvent) bool {
 	return true
 }
 
-// Reconcile makes the clique's fabric taint match its faults.
+// Reconcile makes the clique's fabric taint match its faults, in the
+// eventgc shape: read the clique, plan (a pure function), act.
 func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	clique := req.Name
-	logger := log.FromContext(ctx).WithValues("clique", clique)
-	ctx = log.IntoContext(ctx, logger)
-
-	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingFields{gpuhealthv1alpha1.NodeCliqueField: clique}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing nodes of clique %s: %w", clique, err)
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("clique", req.Name))
+	c, err := r.readClique(ctx, req.Name)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
+	p := planClique(c)
+	r.setDegraded(c.name, p.degraded)
+	// The certification step is a workflow of its own (cliquecert.go): it
+	// says whether the taint must stay after the faults resolved.
+	hold, requeue, err := r.certificationStep(ctx, c, p)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.changeTaints(ctx, c, planTaints(c, p.degraded, hold)); err != nil {
+		if conflicts(err) {
+			// A node changed under us; decide again from the fresh copy.
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// clique is what one reconcile reads of a clique.
+type clique struct {
+	name string
+	// nodes are those the clique's index names: its members, and the nodes
+	// it tainted that have since moved.
+	nodes []corev1.Node
+	// faults describe the open fabric faults of the managed members.
+	faults []string
+	// eligible: a managed member whose policy lets the clique be tainted;
+	// managed: a member some policy manages and that is not excluded.
+	eligible, managed map[string]bool
+	// certSpec is the clique certification an eligible member's policy asks
+	// for, nil when none does.
+	certSpec *gpuhealthv1alpha1.CliqueCertificationSpec
+	// now is the reconcile's time.
+	now time.Time
+}
+
+// readClique reads the clique's nodes, the policies that manage them and
+// their open fabric findings.
+func (r *FabricReconciler) readClique(ctx context.Context, name string) (*clique, error) {
+	c := &clique{name: name, eligible: map[string]bool{}, managed: map[string]bool{}, now: r.Clock.Now()}
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes, client.MatchingFields{gpuhealthv1alpha1.NodeCliqueField: name}); err != nil {
+		return nil, fmt.Errorf("listing nodes of clique %s: %w", name, err)
+	}
+	c.nodes = nodes.Items
 	policies := &gpuhealthv1alpha1.RemediationPolicyList{}
 	if err := r.Client.List(ctx, policies); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing remediation policies: %w", err)
+		return nil, fmt.Errorf("listing remediation policies: %w", err)
 	}
-	var faults []string
-	eligible, managed := map[string]bool{}, map[string]bool{}
-	var certSpec *gpuhealthv1alpha1.CliqueCertificationSpec
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		if n.Labels[CliqueNodeLabel] != clique {
+	for i := range c.nodes {
+		n := &c.nodes[i]
+		if n.Labels[CliqueNodeLabel] != name {
 			continue
 		}
 		p := gpuhealthv1alpha1.ManagingPolicy(policies.Items, n.Labels)
@@ -214,20 +254,20 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 		excluded, err := r.excluded(ctx, n.Name)
 		if err != nil {
-			return ctrl.Result{}, err
+			return nil, err
 		}
 		if excluded {
 			continue
 		}
 		cd := p.Spec.ComputeDomain
-		eligible[n.Name] = !p.Spec.DryRun && (cd.TaintDegradedCliques == nil || *cd.TaintDegradedCliques)
-		managed[n.Name] = true
-		if certSpec == nil && eligible[n.Name] && cd.CliqueCertification != nil {
-			certSpec = cd.CliqueCertification
+		c.eligible[n.Name] = !p.Spec.DryRun && (cd.TaintDegradedCliques == nil || *cd.TaintDegradedCliques)
+		c.managed[n.Name] = true
+		if c.certSpec == nil && c.eligible[n.Name] && cd.CliqueCertification != nil {
+			c.certSpec = cd.CliqueCertification
 		}
 		evs := &gpuhealthv1alpha1.NodeHealthEventList{}
 		if err := r.Client.List(ctx, evs, client.MatchingFields{gpuhealthv1alpha1.EventNodeNameField: n.Name}); err != nil {
-			return ctrl.Result{}, fmt.Errorf("listing events of node %s: %w", n.Name, err)
+			return nil, fmt.Errorf("listing events of node %s: %w", n.Name, err)
 		}
 		for j := range evs.Items {
 			ev := &evs.Items[j]
@@ -238,80 +278,134 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 				continue
 			}
 			if IsFabricFault(ev) {
-				faults = append(faults, fmt.Sprintf("%s %s on %s", ev.Spec.Check, ev.Spec.Code, n.Name))
+				c.faults = append(c.faults, fmt.Sprintf("%s %s on %s", ev.Spec.Check, ev.Spec.Code, n.Name))
 			}
 		}
 	}
-	sort.Strings(faults)
-	degraded := len(faults) > 0
-	r.setDegraded(clique, degraded)
+	sort.Strings(c.faults)
+	return c, nil
+}
 
-	var tainted []*corev1.Node
-	for i := range nodes.Items {
-		if nodes.Items[i].Annotations[nodepkg.FabricAnnotation] == clique {
-			tainted = append(tainted, &nodes.Items[i])
+// certAction is what the clique's certification step does.
+type certAction int
+
+const (
+	// certNone: no certification to start or stop (no operator namespace
+	// for Jobs, or no node carries the clique's taint).
+	certNone certAction = iota
+	// certStopAll: no policy asks for the test (any more), so none may
+	// hold GPUs.
+	certStopAll
+	// certStopEpisode: a fault is open again; the episode's tests stop.
+	certStopEpisode
+	// certRun: the faults resolved; the test decides when the taint goes.
+	certRun
+)
+
+// cliquePlan is what planClique decides for a clique.
+type cliquePlan struct {
+	degraded bool
+	// tainted are the nodes that carry this clique's taint now.
+	tainted []*corev1.Node
+	cert    certAction
+}
+
+// planClique decides whether the clique is degraded and what its
+// certification step does. Pure.
+func planClique(c *clique) cliquePlan {
+	p := cliquePlan{degraded: len(c.faults) > 0}
+	for i := range c.nodes {
+		if c.nodes[i].Annotations[nodepkg.FabricAnnotation] == c.name {
+			p.tainted = append(p.tainted, &c.nodes[i])
 		}
 	}
-	// After a fault resolves the taint stays until the clique's
-	// certification passes, when the policy asks for one.
-	hold, requeue := false, time.Duration(0)
-	now := r.Clock.Now()
 	switch {
-	case r.Namespace == "" || len(tainted) == 0:
-	case certSpec == nil:
-		// No policy asks for the test (any more): none may hold GPUs.
-		if err := r.stopCliqueCerts(ctx, clique, tainted, nil); err != nil {
-			return ctrl.Result{}, err
-		}
-	case degraded:
-		if err := r.stopCliqueCerts(ctx, clique, tainted, &now); err != nil {
-			return ctrl.Result{}, err
-		}
+	case len(p.tainted) == 0:
+		p.cert = certNone
+	case c.certSpec == nil:
+		p.cert = certStopAll
+	case p.degraded:
+		p.cert = certStopEpisode
 	default:
-		healthy, err := r.healthyNodes(ctx, nodes.Items, clique, managed)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		lift, rq, err := r.certifyClique(ctx, clique, certSpec, nodes.Items, tainted, healthy)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		hold, requeue = !lift, rq
+		p.cert = certRun
 	}
+	return p
+}
 
+// taintChange is one node's fabric taint to add or lift.
+type taintChange struct {
+	node *corev1.Node
+	add  bool
+}
+
+// planTaints says which nodes gain or lose the clique's taint: while the
+// clique is degraded every eligible member carries it; otherwise the taint
+// gpuhealth added is lifted unless the certification holds it. Pure.
+func planTaints(c *clique, degraded, hold bool) []taintChange {
+	var out []taintChange
+	for i := range c.nodes {
+		n := &c.nodes[i]
+		switch {
+		case degraded && c.eligible[n.Name] && n.Labels[CliqueNodeLabel] == c.name:
+			out = append(out, taintChange{node: n, add: true})
+		case n.Annotations[nodepkg.FabricAnnotation] == c.name && !hold:
+			out = append(out, taintChange{node: n})
+		}
+	}
+	return out
+}
+
+// certificationStep carries out the plan's certification action. It says
+// whether the taint stays after the faults resolved and when to look again.
+func (r *FabricReconciler) certificationStep(ctx context.Context, c *clique, p cliquePlan) (hold bool, requeue time.Duration, err error) {
+	if r.Namespace == "" {
+		return false, 0, nil
+	}
+	switch p.cert {
+	case certStopAll:
+		return false, 0, r.stopCliqueCerts(ctx, c.name, p.tainted, nil)
+	case certStopEpisode:
+		return false, 0, r.stopCliqueCerts(ctx, c.name, p.tainted, &c.now)
+	case certRun:
+		healthy, err := r.healthyNodes(ctx, c.nodes, c.name, c.managed)
+		if err != nil {
+			return false, 0, err
+		}
+		lift, rq, err := r.certifyClique(ctx, c.name, c.certSpec, c.nodes, p.tainted, healthy)
+		return !lift, rq, err
+	}
+	return false, 0, nil
+}
+
+// changeTaints adds or lifts the planned taints (each idempotent) and
+// announces each change once it went through.
+func (r *FabricReconciler) changeTaints(ctx context.Context, c *clique, changes []taintChange) error {
+	logger := log.FromContext(ctx)
 	var errs []error
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		want := degraded && eligible[n.Name] && n.Labels[CliqueNodeLabel] == clique
+	for _, ch := range changes {
+		n := ch.node
 		var changed bool
 		var err error
-		if want {
+		if ch.add {
 			logger.V(1).Info("Tainting node fabric-degraded", "Node", klog.KObj(n))
-			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, clique, now); changed {
+			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, c.name, c.now); changed {
 				fabricTaintChanges.WithLabelValues(actionAdd).Inc()
 				r.Recorder.Eventf(n, nil, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonFabricDegraded, "Taint",
-					"NVLink clique %s has a fabric fault (%s); no new ComputeDomain lands here until it resolves", clique, summary(faults))
+					"NVLink clique %s has a fabric fault (%s); no new ComputeDomain lands here until it resolves", c.name, summary(c.faults))
 			}
-		} else if n.Annotations[nodepkg.FabricAnnotation] == clique && !hold {
-			if changed, err = nodepkg.UntaintFabric(ctx, r.Client, n); changed {
-				fabricTaintChanges.WithLabelValues(actionRemove).Inc()
-				r.Recorder.Eventf(n, nil, corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonFabricRecovered, "Untaint",
-					"NVLink clique %s: the fabric-degraded taint gpuhealth added is lifted", clique)
-			}
+		} else if changed, err = nodepkg.UntaintFabric(ctx, r.Client, n); changed {
+			fabricTaintChanges.WithLabelValues(actionRemove).Inc()
+			r.Recorder.Eventf(n, nil, corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonFabricRecovered, "Untaint",
+				"NVLink clique %s: the fabric-degraded taint gpuhealth added is lifted", c.name)
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
 		if changed {
-			logger.Info("Changed fabric-degraded taint", "Node", klog.KObj(n), "tainted", want)
+			logger.Info("Changed fabric-degraded taint", "Node", klog.KObj(n), "tainted", ch.add)
 		}
 	}
-	err := errors.Join(errs...)
-	if err != nil && allConflicts(errs) {
-		// A node changed under us; decide again from the fresh copy.
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
-	}
-	return ctrl.Result{RequeueAfter: requeue}, err
+	return errors.Join(errs...)
 }
 
 func (r *FabricReconciler) excluded(ctx context.Context, node string) (bool, error) {
@@ -339,13 +433,18 @@ func (r *FabricReconciler) setDegraded(clique string, degraded bool) {
 	degradedCliques.Set(float64(len(r.degraded)))
 }
 
-func allConflicts(errs []error) bool {
-	for _, err := range errs {
-		if !apierrors.IsConflict(err) {
+// conflicts says whether err is optimistic-lock conflicts only.
+func conflicts(err error) bool {
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) {
+		return apierrors.IsConflict(err)
+	}
+	for _, e := range joined.Unwrap() {
+		if !apierrors.IsConflict(e) {
 			return false
 		}
 	}
-	return len(errs) > 0
+	return true
 }
 
 func summary(faults []string) string {
