@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -391,7 +390,7 @@ func (r *FabricReconciler) changeTaints(ctx context.Context, c *clique, changes 
 			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, c.name, c.now); changed {
 				fabricTaintChanges.WithLabelValues(actionAdd).Inc()
 				r.Recorder.Eventf(n, nil, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonFabricDegraded, "Taint",
-					"NVLink clique %s has a fabric fault (%s); no new ComputeDomain lands here until it resolves", c.name, summary(c.faults))
+					"NVLink clique %s has a fabric fault (%s); no new ComputeDomain lands here until it resolves", c.name, gpuhealthv1alpha1.FirstN(c.faults, 3, "; "))
 			}
 		} else if changed, err = nodepkg.UntaintFabric(ctx, r.Client, n); changed {
 			fabricTaintChanges.WithLabelValues(actionRemove).Inc()
@@ -445,11 +444,4 @@ func conflicts(err error) bool {
 		}
 	}
 	return true
-}
-
-func summary(faults []string) string {
-	if len(faults) > 3 {
-		return strings.Join(faults[:3], "; ") + fmt.Sprintf(" and %d more", len(faults)-3)
-	}
-	return strings.Join(faults, "; ")
 }

@@ -77,7 +77,7 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan, t *tick
 			if err := nodepkg.Quarantine(ctx, r.Client, n, policyCordons(o.policy), taint, phaseLabel(o.policy, p.status.Phase)); err != nil {
 				return err
 			}
-			return nodepkg.SetGPUHealthy(ctx, r.Client, n, false, p.nodeReason, truncate(p.nodeMessage, 1024), o.now)
+			return nodepkg.SetGPUHealthy(ctx, r.Client, n, false, p.nodeReason, gpuhealthv1alpha1.Truncate(p.nodeMessage, 1024), o.now)
 		})
 		if err != nil {
 			return err
@@ -87,7 +87,7 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan, t *tick
 			if err := nodepkg.HoldUncertified(ctx, r.Client, n, phaseLabel(o.policy, p.status.Phase)); err != nil {
 				return err
 			}
-			return nodepkg.SetGPUHealthy(ctx, r.Client, n, false, p.nodeReason, truncate(p.nodeMessage, 1024), o.now)
+			return nodepkg.SetGPUHealthy(ctx, r.Client, n, false, p.nodeReason, gpuhealthv1alpha1.Truncate(p.nodeMessage, 1024), o.now)
 		})
 		if err != nil {
 			return err

@@ -514,7 +514,7 @@ func (d *decider) transition(e fsm.Event, reason, message, by string) bool {
 	if since := d.p.status.Since; since != nil {
 		spent = o.now.Sub(since.Time)
 	}
-	fsm.Record(&d.p.status, from, to, reason, truncate(message, 1024), truncate(by, 253), o.now)
+	fsm.Record(&d.p.status, from, to, reason, gpuhealthv1alpha1.Truncate(message, 1024), gpuhealthv1alpha1.Truncate(by, 253), o.now)
 	d.p.transitions = append(d.p.transitions, transitionRecord{from: from, to: to, reason: reason, spent: spent})
 	d.outage(from, to, reason)
 	eventType := corev1.EventTypeNormal
@@ -540,7 +540,7 @@ func (d *decider) held(what string) bool {
 
 // statusReason records what the node waits for without a transition.
 func (d *decider) statusReason(reason, message string) {
-	d.p.status.Reason, d.p.status.Message = reason, truncate(message, 1024)
+	d.p.status.Reason, d.p.status.Message = reason, gpuhealthv1alpha1.Truncate(message, 1024)
 }
 
 // clearCondition sets condition t False, when it is True now.
@@ -556,7 +556,7 @@ func (d *decider) condition(t string, ok bool, reason, message string) {
 		status = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(&d.p.status.Conditions, metav1.Condition{
-		Type: t, Status: status, Reason: reason, Message: truncate(message, 1024), ObservedGeneration: d.o.nh.Generation, LastTransitionTime: d.o.now,
+		Type: t, Status: status, Reason: reason, Message: gpuhealthv1alpha1.Truncate(message, 1024), ObservedGeneration: d.o.nh.Generation, LastTransitionTime: d.o.now,
 	})
 }
 
@@ -566,19 +566,15 @@ func (d *decider) nodeEvent(eventType, reason, action, note string, args ...any)
 	d.p.announce = append(d.p.announce, d.o.nodeAnnouncement(eventType, reason, action, fmt.Sprintf(note, args...)))
 }
 
-// describe summarises findings for a message.
+// describe summarises findings for a message: the first three, and how
+// many more.
 func describe(js []judgement) string {
-	var parts []string
-	for i, j := range js {
-		if i == 3 {
-			parts = append(parts, fmt.Sprintf("and %d more", len(js)-3))
-			break
-		}
+	parts := make([]string, 0, min(len(js), 3))
+	for _, j := range js[:min(len(js), 3)] {
 		sp := j.event.Spec
-		p := fmt.Sprintf("%s %s on %s (%s, %s)", sp.Check, sp.Code, componentName(sp.Component), sp.Source, j.action)
-		parts = append(parts, p)
+		parts = append(parts, fmt.Sprintf("%s %s on %s (%s, %s)", sp.Check, sp.Code, componentName(sp.Component), sp.Source, j.action))
 	}
-	return strings.Join(parts, "; ")
+	return gpuhealthv1alpha1.JoinMore(parts, len(js)-len(parts), "; ")
 }
 
 func componentName(c gpuhealthv1alpha1.Component) string {
@@ -586,13 +582,6 @@ func componentName(c gpuhealthv1alpha1.Component) string {
 		return string(c.Kind)
 	}
 	return c.ID
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // newRequest says whether spec.request holds a request not yet carried out.

@@ -136,7 +136,7 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 		v := suite.Judge(step.Parser, result == gpuhealthv1alpha1.JobSucceeded, msg, text, outErr, o.node.Labels)
 		sr.CompletedAt = &o.now
 		sr.Duration = &metav1.Duration{Duration: o.now.Sub(sr.StartedAt.Time).Round(time.Second)}
-		sr.Message, sr.Measurements = truncate(v.Message, 512), v.Measurements
+		sr.Message, sr.Measurements = gpuhealthv1alpha1.Truncate(v.Message, 512), v.Measurements
 		sr.Result = gpuhealthv1alpha1.JobFailed
 		if v.Passed {
 			sr.Result = gpuhealthv1alpha1.JobSucceeded
@@ -190,7 +190,7 @@ func (d *decider) certify(which gpuhealthv1alpha1.Suite, rc *gpuhealthv1alpha1.R
 		// Any certificate answers the label's request: it is not run again.
 		request = v
 	}
-	st.Certificate = &gpuhealthv1alpha1.Certificate{Time: d.o.now, Suite: which, Attempt: rc.Attempt, Request: truncate(request, 63), Steps: append([]gpuhealthv1alpha1.StepResult(nil), rc.Steps...)}
+	st.Certificate = &gpuhealthv1alpha1.Certificate{Time: d.o.now, Suite: which, Attempt: rc.Attempt, Request: gpuhealthv1alpha1.Truncate(request, 63), Steps: append([]gpuhealthv1alpha1.StepResult(nil), rc.Steps...)}
 	d.condition(gpuhealthv1alpha1.NodeHealthCertifiedCondition, true, gpuhealthv1alpha1.ReasonCertified,
 		fmt.Sprintf("%s attempt %d passed: %s", strings.ToLower(string(which)), rc.Attempt, suiteSummary(rc.Steps)))
 }
@@ -219,17 +219,10 @@ func (d *decider) certificationRequest(first bool) (reason, message, request str
 	}
 	if len(o.workloads) > 0 {
 		d.notCertified(fmt.Sprintf("the node ran %d workload pods (%s) when gpuhealth first managed it: it stays in service and its next recertification certifies it",
-			len(o.workloads), strings.Join(first3(o.workloads), ", ")))
+			len(o.workloads), gpuhealthv1alpha1.FirstN(o.workloads, 3, ", ")))
 		return "", "", "", false
 	}
 	return gpuhealthv1alpha1.ReasonCertifying, "a new node: held out of service until its certification passes", "", true
-}
-
-func first3(s []string) []string {
-	if len(s) > 3 {
-		return append(append([]string(nil), s[:3]...), fmt.Sprintf("and %d more", len(s)-3))
-	}
-	return s
 }
 
 // startCertification moves a healthy node into Certifying with attempt 1.
@@ -300,7 +293,7 @@ func (d *decider) certifying() {
 	}
 	c.CompletedAt = &o.now
 	if !passed {
-		c.Result, c.Message = gpuhealthv1alpha1.JobFailed, truncate(why, 1024)
+		c.Result, c.Message = gpuhealthv1alpha1.JobFailed, gpuhealthv1alpha1.Truncate(why, 1024)
 		maxAttempts := spec.MaxAttempts
 		if maxAttempts == 0 {
 			maxAttempts = defaultMaxAttempts

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -281,10 +283,7 @@ func (d *decider) deadMemberGrace() time.Duration {
 func ranOnce(pods []*corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range pods {
-		ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
-			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
-		})
-		if p.Status.PodIP != "" || ready {
+		if p.Status.PodIP != "" || readiness.Pod(p) {
 			out = append(out, p)
 		}
 	}

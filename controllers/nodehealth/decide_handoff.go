@@ -78,7 +78,7 @@ func (d *decider) handOffFailed() {
 	}
 	if hs := st.HandOff; hs != nil {
 		if t != nil && t.obj != nil {
-			hs.TargetStatus = truncate(handoff.Summarize(t.obj), 1024)
+			hs.TargetStatus = gpuhealthv1alpha1.Truncate(handoff.Summarize(t.obj), 1024)
 		}
 		if hs.State == gpuhealthv1alpha1.HandOffDone && spec.Type != gpuhealthv1alpha1.HandOffCondition {
 			d.wait(handOffRecheck)
@@ -109,27 +109,27 @@ func (d *decider) handOffFailed() {
 		hs.Message = "left to the tools that act on node condition " + string(gpuhealthv1alpha1.GPUHealthyNodeCondition) +
 			"=False; its lastTransitionTime stays put while the node is out of service"
 	case t.err != nil:
-		hs.State, hs.Message = gpuhealthv1alpha1.HandOffFailed, truncate(t.err.Error(), 1024)
+		hs.State, hs.Message = gpuhealthv1alpha1.HandOffFailed, gpuhealthv1alpha1.Truncate(t.err.Error(), 1024)
 	case spec.Type == gpuhealthv1alpha1.HandOffClusterAPI:
 		hs.Target = handoff.Describe(t.obj)
 		hs.Message = "annotated " + handoff.RemediateMachineAnnotation + ": a MachineHealthCheck covering the Machine marks it unhealthy and its owner replaces it"
-		hs.TargetStatus = truncate(handoff.Summarize(t.obj), 1024)
+		hs.TargetStatus = gpuhealthv1alpha1.Truncate(handoff.Summarize(t.obj), 1024)
 		d.p.handOff = t
 	default:
 		hs.Target = handoff.Describe(t.want)
 		hs.Message = "created from the policy's handOff.template"
 		if t.obj != nil {
 			hs.Message = "found existing, as the policy's handOff.template names it"
-			hs.TargetStatus = truncate(handoff.Summarize(t.obj), 1024)
+			hs.TargetStatus = gpuhealthv1alpha1.Truncate(handoff.Summarize(t.obj), 1024)
 		}
 		d.p.handOff = t
 	}
-	hs.Target = truncate(hs.Target, 512)
+	hs.Target = gpuhealthv1alpha1.Truncate(hs.Target, 512)
 	st.HandOff, d.p.handedOff = hs, hs
 	event, what := gpuhealthv1alpha1.ReasonHandedOff, fmt.Sprintf("handed off (%s, %s) to %s: %s", spec.Type, reason, hs.Target, hs.Message)
 	if hs.State == gpuhealthv1alpha1.HandOffFailed {
 		event, what = gpuhealthv1alpha1.ReasonHandOffFailed, fmt.Sprintf("hand-off (%s, %s) not possible: %s", spec.Type, reason, hs.Message)
 	}
-	fsm.Note(st, event, truncate(what, 1024), d.o.now)
+	fsm.Note(st, event, gpuhealthv1alpha1.Truncate(what, 1024), d.o.now)
 	d.nodeEvent(corev1.EventTypeWarning, event, "HandOff", "%s", what)
 }

@@ -78,7 +78,7 @@ func (d *decider) startOutage(to gpuhealthv1alpha1.NodeHealthPhase, reason strin
 	}
 	o.Action = gpuhealthv1alpha1.ActionRecertify
 	if j := d.worst(); j != nil {
-		o.Check, o.Code, o.Action = j.event.Spec.Check, truncate(j.event.Spec.Code, 128), j.action
+		o.Check, o.Code, o.Action = j.event.Spec.Check, gpuhealthv1alpha1.Truncate(j.event.Spec.Code, 128), j.action
 	}
 	if o.Check == "" {
 		return

@@ -197,7 +197,7 @@ func (d *decider) jobSucceeded(want *batchv1.Job, waitingReason string) bool {
 // for another, or Failed when the attempts are used up.
 func (d *decider) failAttempt(why string) {
 	rc := d.p.status.Recertification
-	rc.Result, rc.CompletedAt, rc.Message = gpuhealthv1alpha1.JobFailed, &d.o.now, truncate(why, 1024)
+	rc.Result, rc.CompletedAt, rc.Message = gpuhealthv1alpha1.JobFailed, &d.o.now, gpuhealthv1alpha1.Truncate(why, 1024)
 	maxAttempts := d.o.policy.Spec.Recertification.MaxAttempts
 	if maxAttempts == 0 {
 		maxAttempts = defaultMaxAttempts

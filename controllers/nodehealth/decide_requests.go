@@ -46,7 +46,7 @@ func (d *decider) request() {
 	case gpuhealthv1alpha1.RequestMaintenance:
 		result = d.maintenanceRequest(by, req.Reason)
 	}
-	d.p.status.LastRequest = &gpuhealthv1alpha1.HandledRequest{ID: req.ID, Action: req.Action, By: truncate(by, 512), Time: d.o.now, Result: result}
+	d.p.status.LastRequest = &gpuhealthv1alpha1.HandledRequest{ID: req.ID, Action: req.Action, By: gpuhealthv1alpha1.Truncate(by, 512), Time: d.o.now, Result: result}
 }
 
 // requester names who asked: the request's requestedBy and the field

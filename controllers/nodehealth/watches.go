@@ -3,6 +3,8 @@ package nodehealth
 import (
 	"context"
 
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
+
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
@@ -46,10 +48,8 @@ var nodeChanged = predicate.Funcs{
 // readyStatus is the node's Ready condition status; a dead ComputeDomain
 // member is released some time after it turns False or Unknown.
 func readyStatus(n *corev1.Node) corev1.ConditionStatus {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status
-		}
+	if c := readiness.NodeCondition(n); c != nil {
+		return c.Status
 	}
 	return ""
 }
