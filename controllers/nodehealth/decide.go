@@ -187,7 +187,7 @@ func decide(o *observation) *plan {
 	}
 	d.activeEvents()
 	d.request()
-	if !d.first && d.machine.Phase() != gpuhealthv1alpha1.PhaseHealthy && !d.dryRun() && o.uncordonedBy != "" {
+	if d.machine.Phase() != gpuhealthv1alpha1.PhaseHealthy && !d.dryRun() && humanUncordoned(o) {
 		d.closeFindings(fsm.Cancel, gpuhealthv1alpha1.ReasonHumanUncordon,
 			"uncordoned by "+o.uncordonedBy+"; the workflow for the node's current findings is cancelled", o.uncordonedBy)
 		d.housekeeping()
@@ -233,8 +233,7 @@ type inputs struct {
 func inputsFor(o *observation) inputs {
 	var in inputs
 	phase, policy := o.nh.Status.Phase, o.policy.Spec
-	uncordoned := o.uncordonedBy != "" && phase != "" && phase != gpuhealthv1alpha1.PhaseHealthy
-	if o.nh.Spec.Exclude || uncordoned || newRequest(o.nh) {
+	if o.nh.Spec.Exclude || humanUncordoned(o) || newRequest(o.nh) {
 		return in // decided without the phase's inputs
 	}
 	in.workloads = phase == "" && policy.Certification.NewNodes
@@ -257,6 +256,13 @@ func inputsFor(o *observation) inputs {
 		in.handOff = policy.Remediation.HandOff != nil && !policy.DryRun
 	}
 	return in
+}
+
+// humanUncordoned says whether someone lifted the cordon gpuhealth put on a
+// node it had taken out of service.
+func humanUncordoned(o *observation) bool {
+	phase := o.nh.Status.Phase
+	return o.uncordonedBy != "" && phase != "" && phase != gpuhealthv1alpha1.PhaseHealthy
 }
 
 // housekeeping follows the phase's step, in the phase it ended in.
