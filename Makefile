@@ -160,8 +160,31 @@ demo: $(HELM) build-plugin ## Start a local cluster with 4 fake GPU nodes, the o
 demo-down: ## Remove the demo cluster and stop its processes.
 	go run ./e2e/demo -down
 
+# The tiers of make test, in order. image is a prerequisite of e2e and
+# e2e-node; as a tier of its own its time is not counted in e2e's.
+TEST_TIERS := controlplane verify-generated lint unit fuzz image e2e e2e-node soak-smoke
+# Where make test writes its table of tier times (it prints it as well).
+TEST_TIMES ?= $(OUTPUT)/test-times.txt
+
 .PHONY: test
-test: controlplane verify-generated lint unit fuzz e2e e2e-node soak-smoke ## Everything CI runs: generated files, lint, unit and envtest suites, short fuzz runs, the end-to-end suite and its real-node tier, the chaos soak's smoke.
+test: ## Everything CI runs: generated files, lint, unit and envtest suites, short fuzz runs, the end-to-end suite and its real-node tier, the chaos soak's smoke; prints each tier's time at the end.
+	@# Each tier is its own make, told (-o) not to make again the tiers
+	@# already made, so a prerequisite shared by two tiers is made once and
+	@# counted in the first. The table comes also after a failure; make -k
+	@# goes on with the next tier.
+	@rc=0; made=(); rows=(); start=$$(date +%s); \
+	for t in $(TEST_TIERS); do \
+	  s=$$(date +%s); \
+	  if $(MAKE) --no-print-directory "$${made[@]}" $$t; then r=ok; else r=FAILED; rc=1; fi; \
+	  rows+=("$$t $$(( $$(date +%s) - s )) $$r"); made+=(-o "$$t"); \
+	  if [ $$rc != 0 ] && [ -z "$(findstring k,$(firstword x$(MAKEFLAGS)))" ]; then break; fi; \
+	done; \
+	rows+=("total $$(( $$(date +%s) - start )) $$([ $$rc = 0 ] && echo ok || echo FAILED)"); \
+	mkdir -p "$$(dirname "$(TEST_TIMES)")"; \
+	{ echo; echo "make test, time per tier:"; printf '%-17s %8s  %s\n' tier time result; \
+	  for row in "$${rows[@]}"; do set -- $$row; printf '%-17s %4dm%02ds  %s\n' "$$1" $$(( $$2 / 60 )) $$(( $$2 % 60 )) "$$3"; done; \
+	} | tee "$(TEST_TIMES)"; \
+	exit $$rc
 
 ##@ Tools
 
