@@ -38,12 +38,12 @@ func hasTaint(n *corev1.Node, key string) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 }
 
-// TestNewNodeHeldOutUntilCertified: a node that joins the managed set with
+// testNewNodeHeldOutUntilCertified: a node that joins the managed set with
 // no workload is tainted gpuhealth.dev/uncertified (not cordoned) while its
 // two-step suite runs; an attempt whose second step fails keeps it out, the
 // next attempt passes, the taint goes and NodeHealth holds the certificate
 // with both steps' results.
-func TestNewNodeHeldOutUntilCertified(t *testing.T) {
+func testNewNodeHeldOutUntilCertified(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	patchPolicy(t, `{"spec":{"certification":{"newNodes":true,"maxAttempts":5,"steps":`+kwokSuite("nccl-allreduce")+`}}}`)
 	defer patchPolicy(t, `{"spec":{"certification":{"newNodes":false,"steps":`+kwokStep+`}}}`)
@@ -82,12 +82,12 @@ func TestNewNodeHeldOutUntilCertified(t *testing.T) {
 	g.Expect(len(jobs(g, name, job.Certification))).To(BeNumerically(">=", 4), "two steps per attempt")
 }
 
-// TestCliqueCertificationGatesTheFabricTaint: with cliqueCertification
+// testCliqueCertificationGatesTheFabricTaint: with cliqueCertification
 // set, the fabric-degraded taint of clique 0 outlives its fault until an
 // Indexed Job across the clique's healthy nodes passes: the first attempt
 // fails (kwok fails its pods) and the taint stays; the second passes and the
 // taint goes.
-func TestCliqueCertificationGatesTheFabricTaint(t *testing.T) {
+func testCliqueCertificationGatesTheFabricTaint(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	cert := func(labels string) string {
 		return `{"spec":{"computeDomain":{"cliqueCertification":{"job":{"image":"registry.invalid/nccl:kwok","labels":` + labels +

@@ -33,7 +33,7 @@ const (
 	cliqueCRD        = "computedomaincliques.resource.nvidia.com"
 )
 
-// TestComputeDomains runs the ComputeDomain cases against NVIDIA's DRA
+// testComputeDomains runs the ComputeDomain cases against NVIDIA's DRA
 // driver in each API shape gpuhealth supports: v25.8 (ComputeDomain only,
 // members in status.nodes) and v25.12 (with ComputeDomainClique). The
 // driver is played by framework.DRADriver from the documented rules; the
@@ -41,7 +41,7 @@ const (
 // kwok run what it creates, and the real operator and monitors act. Two
 // domains share clique 0: train-a on gpu-node-0 and -1, train-b on
 // gpu-node-2 and -3, each node running one pod of its domain's workload.
-func TestComputeDomains(t *testing.T) {
+func testComputeDomains(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	t.Cleanup(func() {
 		_, _ = env.Cluster.Kubectl(ctx, "delete", "crd", computeDomainCRD, cliqueCRD, "--ignore-not-found")
 	})

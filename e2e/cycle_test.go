@@ -23,13 +23,14 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
-// The cases run in this order against one installation (TestMain); each
-// works on its own nodes or waits for the nodes it shares to be Healthy.
+// These cases run against one installation (TestMain), in the order of
+// the suite's list (cases, cases_test.go); each works on its own nodes or
+// waits for the nodes it shares to be Healthy.
 
-// TestXID79FullCycle: an XID 79 on one node takes it through quarantine,
+// testXID79FullCycle: an XID 79 on one node takes it through quarantine,
 // drain (honouring the workload's PDB), the reboot step and
 // recertification back to Healthy, and the workload moves to a healthy node.
-func TestXID79FullCycle(t *testing.T) {
+func testXID79FullCycle(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	// Two replicas that each take a whole node's GPUs, preferring gpu-node-0
 	// and gpu-node-3; gpu-node-4 is where a replacement can go.
@@ -80,11 +81,11 @@ func TestXID79FullCycle(t *testing.T) {
 	t.Logf("kubectl get nodehealth gpu-node-0:\n%s", out)
 }
 
-// TestNVLinkCRCBurst: a CRC-rate burst on one link is a Degraded finding.
+// testNVLinkCRCBurst: a CRC-rate burst on one link is a Degraded finding.
 // With the default policy (rule nvlink-error-rate: quarantine after three
 // threshold crossings within ten minutes) one burst is recorded, not acted
 // on; the finding resolves when the rate drops.
-func TestNVLinkCRCBurst(t *testing.T) {
+func testNVLinkCRCBurst(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	inject(t, "gpu-node-1", fmt.Sprintf("nvlink device=2 link=5 counter=crc_flit rate=5000 from=%s for=6s", fakenvml.At(time.Now())))
 	link := event("gpu-node-1", gpuhealthv1alpha1.CheckNVLinkErrors, framework.GPUUUID(1, 2)+"/link-5", "CRC_FLIT")
@@ -98,10 +99,10 @@ func TestNVLinkCRCBurst(t *testing.T) {
 	g.Expect(phase("gpu-node-1")(g)).To(Equal(gpuhealthv1alpha1.PhaseHealthy))
 }
 
-// TestRecertificationFailsTwice: recertification Jobs that fail (the kwok
+// testRecertificationFailsTwice: recertification Jobs that fail (the kwok
 // stage fails Job pods labelled gpuhealth.dev/e2e-fail=true) leave the node
 // Failed and cordoned after maxAttempts (2); a manual release returns it.
-func TestRecertificationFailsTwice(t *testing.T) {
+func testRecertificationFailsTwice(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	failing := `{"spec":{"recertification":{"steps":[{"name":"recertify","job":{"image":"registry.invalid/recertify:kwok","labels":{"gpuhealth.dev/e2e-fail":"true"}},"timeout":"2m","parser":{"type":"exit-code"}}]}}}`
 	passing := `{"spec":{"recertification":{"steps":` + kwokStep + `}}}`
@@ -120,10 +121,10 @@ func TestRecertificationFailsTwice(t *testing.T) {
 	g.Eventually(func(g Gomega) bool { return quarantined(g, "gpu-node-2") }).Should(BeFalse())
 }
 
-// TestOperatorKilledMidDrain: the operator is SIGKILLed while a PDB blocks
+// testOperatorKilledMidDrain: the operator is SIGKILLed while a PDB blocks
 // the drain; the restarted operator (after taking over the leader Lease)
 // finishes the cycle with no duplicate Jobs.
-func TestOperatorKilledMidDrain(t *testing.T) {
+func testOperatorKilledMidDrain(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	g.Expect(framework.CreateWorkload(ctx, env.Cluster, framework.Workload{
 		Namespace: "ml", Name: "pinned", Replicas: 1, Allowed: []string{"gpu-node-3"}, GPUs: -1, MinAvailable: ptr.To[int32](1),
@@ -148,10 +149,10 @@ func TestOperatorKilledMidDrain(t *testing.T) {
 	g.Expect(jobs(g, "gpu-node-3", job.Recertification)).To(HaveLen(1), "no duplicate recertification Job")
 }
 
-// TestMonitorRestartDuringOutage: with the kube-apiserver stopped, a finding
+// testMonitorRestartDuringOutage: with the kube-apiserver stopped, a finding
 // is made and the monitor restarted; when the apiserver is back, the finding
 // arrives, once.
-func TestMonitorRestartDuringOutage(t *testing.T) {
+func testMonitorRestartDuringOutage(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	const n = "gpu-node-4"
 	restart, err := env.Cluster.StopAPIServer(ctx)
@@ -176,9 +177,9 @@ func TestMonitorRestartDuringOutage(t *testing.T) {
 	g.Consistently(xid13, 3*time.Second).Should(WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) int64 { return e.Status.Count }, Equal(int64(1))), "once, not twice")
 }
 
-// TestMonitorMayOnlyWriteItsOwnNode: a monitor token bound to gpu-node-0's
+// testMonitorMayOnlyWriteItsOwnNode: a monitor token bound to gpu-node-0's
 // DaemonSet pod may write events about gpu-node-0 and not about gpu-node-1.
-func TestMonitorMayOnlyWriteItsOwnNode(t *testing.T) {
+func testMonitorMayOnlyWriteItsOwnNode(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	cfg, err := clientcmd.BuildConfigFromFlags("", monitorKubeconfig("gpu-node-0"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -198,10 +199,10 @@ func TestMonitorMayOnlyWriteItsOwnNode(t *testing.T) {
 	g.Expect(c.Create(ctx, mk("gpu-node-0"))).To(Succeed(), "its own node is fine")
 }
 
-// TestBudgetDrainsOneAtATime: with maxUnavailable 1, three nodes faulted at
+// testBudgetDrainsOneAtATime: with maxUnavailable 1, three nodes faulted at
 // once are all cordoned at once, drained and recertified one at a time, and
 // all come back.
-func TestBudgetDrainsOneAtATime(t *testing.T) {
+func testBudgetDrainsOneAtATime(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	patchPolicy(t, `{"spec":{"budgets":{"maxUnavailable":1}}}`)
 	defer patchPolicy(t, `{"spec":{"budgets":{"maxUnavailable":"10%"}}}`)
@@ -257,10 +258,10 @@ func TestBudgetDrainsOneAtATime(t *testing.T) {
 	g.Expect(maxOut).To(Equal(1), "never more than one draining or recertifying")
 }
 
-// TestBadInputIsRejected: kubectl rejects a malformed policy and a
+// testBadInputIsRejected: kubectl rejects a malformed policy and a
 // hand-written event with an invalid code, with a clear message; the
 // operator keeps running.
-func TestBadInputIsRejected(t *testing.T) {
+func testBadInputIsRejected(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	_, err := env.Cluster.Kubectl(ctx, "apply", "-f", "e2e/testdata/bad-policy.yaml")
 	g.Expect(err).To(HaveOccurred())

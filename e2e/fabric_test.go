@@ -19,14 +19,14 @@ import (
 	"github.com/gpuhealth/gpuhealth/monitors/fakenvml"
 )
 
-// TestFabricFaultTaintsTheClique: an unhealthy fabric on one GPU of
+// testFabricFaultTaintsTheClique: an unhealthy fabric on one GPU of
 // gpu-node-0 (clique 0: gpu-node-0 to gpu-node-3) taints every node of that
 // clique fabric-degraded, so no new multi-node job lands on the broken
 // rack, without cordoning the healthy members; gpu-node-4, in clique 1, is
 // left alone. The faulty node itself is quarantined and goes through its
 // cycle. When the fabric is healthy again the taints go and every node is
 // back in service.
-func TestFabricFaultTaintsTheClique(t *testing.T) {
+func testFabricFaultTaintsTheClique(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	clique := []string{"gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"}
 	for _, n := range append(clique, "gpu-node-4") {

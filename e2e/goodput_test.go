@@ -74,12 +74,12 @@ func request(t *testing.T, node, action, id, reason string) {
 		fmt.Sprintf(`{"spec":{"request":{"action":%q,"id":%q,"reason":%q,"requestedBy":"e2e"}}}`, action, id, reason))
 }
 
-// TestMaintenanceDrainedUnderBudgetAndReturned: two nodes asked into
+// testMaintenanceDrainedUnderBudgetAndReturned: two nodes asked into
 // planned maintenance at once under the default budget (maxUnavailable
 // 10% of 5 nodes = 1): one drains and is held in Maintenance, the other
 // waits for the budget; goodput counts both as planned downtime. The first
 // returns through recertification, the second then drains and is released.
-func TestMaintenanceDrainedUnderBudgetAndReturned(t *testing.T) {
+func testMaintenanceDrainedUnderBudgetAndReturned(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	g.Eventually(goodput).Should(Equal(1.0), "every node in service before")
 	repairs := sum(operatorSamples(g, "gpuhealth_node_repair_duration_seconds_count"))
@@ -161,14 +161,14 @@ func helmSet(t *testing.T, set ...string) {
 	}
 }
 
-// TestHandOffs: a node whose recertification attempts are exhausted is
+// testHandOffs: a node whose recertification attempts are exhausted is
 // handed off — to Cluster API (its Machine annotated for a
 // MachineHealthCheck, against a stand-in Machine CRD), then, retried and
 // failing again, through a template (a repair request created, owned by the
 // NodeHealth, its status shown). All the while the node's GPUHealthy
 // condition keeps the lastTransitionTime of when it turned False, as tools
 // that act on conditions (Karpenter's node repair) need.
-func TestHandOffs(t *testing.T) {
+func testHandOffs(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	const name = "gpu-node-2"
 	g.Expect(applyJSON(standInCRD(machineGVK, "machines"))).To(Succeed())
@@ -266,17 +266,17 @@ func gpuHealthy(g Gomega, name string) corev1.NodeCondition {
 	return corev1.NodeCondition{}
 }
 
-// TestRepairMetricsAfterTheCycles: the repairs since the operator's last
-// start (TestOperatorKilledMidDrain restarts it) are in the
+// testRepairMetricsAfterTheCycles: the repairs since the operator's last
+// start (OperatorKilledMidDrain restarts it) are in the
 // repair-duration histogram with their action and outcome — the cycle the
-// restarted operator finished recertified, TestHandOffs' failed — the phases
+// restarted operator finished recertified, HandOffs' failed — the phases
 // they passed through in the phase-duration histogram, and maintenance is
 // no repair.
-func TestRepairMetricsAfterTheCycles(t *testing.T) {
+func testRepairMetricsAfterTheCycles(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	const repair = "gpuhealth_node_repair_duration_seconds_count"
-	g.Expect(sum(operatorSamples(g, repair, `action="RebootNode"`, `outcome="recertified"`))).To(BeNumerically(">=", 1), "the cycle TestOperatorKilledMidDrain finished after the restart")
-	g.Expect(sum(operatorSamples(g, repair, `action="RebootNode"`, `outcome="failed"`))).To(BeNumerically(">=", 1), "the recertification TestHandOffs exhausted")
+	g.Expect(sum(operatorSamples(g, repair, `action="RebootNode"`, `outcome="recertified"`))).To(BeNumerically(">=", 1), "the cycle OperatorKilledMidDrain finished after the restart")
+	g.Expect(sum(operatorSamples(g, repair, `action="RebootNode"`, `outcome="failed"`))).To(BeNumerically(">=", 1), "the recertification HandOffs exhausted")
 	for _, p := range []string{"Quarantined", "Draining", "Recertifying", "Maintenance"} {
 		g.Expect(sum(operatorSamples(g, "gpuhealth_node_phase_duration_seconds_count", `phase="`+p+`"`))).To(BeNumerically(">=", 1), p)
 	}

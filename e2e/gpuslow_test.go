@@ -15,17 +15,14 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
-// This file sorts before release_test.go, whose last case uninstalls the
-// chart and with it the monitors' RBAC.
-
-// TestThrottledGPUCycle: GPU 5 of gpu-node-4 runs under HW slowdown for 7 s,
+// testThrottledGPUCycle: GPU 5 of gpu-node-4 runs under HW slowdown for 7 s,
 // longer than half of the monitor's 4 s judging window. The monitor reports
 // Throttled (Degraded, Recertify) and, the condition holding, again one
 // window later; the default policy's slow-gpu rule (two reports within 15
 // minutes) quarantines the node, which is drained and recertified and
 // returns once the throttle has ended and the finding resolved. The other
 // GPUs idle at PCIe gen 1, which is no finding.
-func TestThrottledGPUCycle(t *testing.T) {
+func testThrottledGPUCycle(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	// gpu-node-4: the ComputeDomain cases kill gpu-node-3, whose monitor's
 	// token (bound to its DaemonSet pod) then no longer authenticates.

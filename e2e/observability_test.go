@@ -19,7 +19,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/internal/test/promcheck"
 )
 
-// TestShippedQueriesReadTheRealMetrics runs last, after the scenarios: it
+// testShippedQueriesReadTheRealMetrics runs after the scenarios: it
 // scrapes the real operator and monitors, loads what they export into
 // Prometheus's engine (the monitors' series with the `node` label the
 // shipped PodMonitor adds), evaluates the recording rules over it every
@@ -27,7 +27,7 @@ import (
 // Every metric an alert names must be exported (or recorded from exported
 // ones) by now, and every dashboard query must return data, except the few
 // that need an event the suite does not cause.
-func TestShippedQueriesReadTheRealMetrics(t *testing.T) {
+func testShippedQueriesReadTheRealMetrics(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	// Polled: a metric a controller publishes on its first pass may be a
 	// scrape away.
 	NewWithT(t).Eventually(func(g Gomega) { queriesReadMetrics(t, g) }).WithTimeout(time.Minute).WithPolling(5 * time.Second).Should(Succeed())

@@ -12,10 +12,10 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-// TestKubectlPlugin runs kubectl gpuhealth the way users do: the plugin
+// testKubectlPlugin runs kubectl gpuhealth the way users do: the plugin
 // binary on PATH, found and run by a real kubectl, against the suite's
 // cluster and running operator.
-func TestKubectlPlugin(t *testing.T) {
+func testKubectlPlugin(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	dir := t.TempDir()
 	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "kubectl-gpuhealth"), "./cmd/kubectl-gpuhealth")

@@ -2,9 +2,10 @@
 
 package e2e
 
-// The release cases run after every other one (this file sorts after
-// observability_test.go): the image case restarts the suite's operator,
-// whose counters the observability case reads, and the last one uninstalls.
+// The release cases are the disruptive ones, after every other in the
+// suite's list (cases_test.go): the image case restarts the suite's
+// operator, whose counters the metric cases read, and the last one
+// uninstalls.
 
 import (
 	"fmt"
@@ -82,13 +83,13 @@ func runContainer(t *testing.T, name string, args ...string) {
 	})
 }
 
-// TestImagesRun starts the images `make image` built as the chart runs
+// testImagesRun starts the images `make image` built as the chart runs
 // them: the operator's as its nonroot user on a read-only root, with a
 // token-only kubeconfig (it takes the leader Lease over from the suite's
 // operator, which stops meanwhile, and reconciles a new node); the
 // monitor's with the fake NVML library mounted (its dlopen inside the
 // image's glibc base), whose finding arrives.
-func TestImagesRun(t *testing.T) {
+func testImagesRun(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	tag := os.Getenv(imageTagEnv)
 	if tag == "" {
 		t.Skipf("%s is not set: make e2e builds the images (make image) and sets it", imageTagEnv)
@@ -171,13 +172,13 @@ func TestImagesRun(t *testing.T) {
 	})
 }
 
-// TestHelmUpgradeAndUninstall runs last (it removes the installation):
+// testHelmUpgradeAndUninstall runs last (it removes the installation):
 // helm upgrade with a changed value rolls the operator's Deployment, adopts
 // the default policy (a post-install hook on the first install) into the
 // release, and keeps every NodeHealth and finding; helm uninstall leaves
 // nothing of gpuhealth but its CRDs, their objects (the NodeHealths) and
 // the policy.
-func TestHelmUpgradeAndUninstall(t *testing.T) {
+func testHelmUpgradeAndUninstall(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
 	g := NewWithT(t)
 	c := env.Cluster.Client
 	// The suite's nodes' NodeHealths (a node another case added and

@@ -33,16 +33,17 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
-// The cases run in this order against one installation (TestMain); each
-// leaves the real node Healthy and both operator replicas Ready.
+// These cases run against one installation (TestMain), in the order of
+// the tier's list (cases, cases_test.go); each leaves the real node
+// Healthy and both operator replicas Ready.
 
-// TestInstalled: the chart's pods really run. Both operator replicas are
+// testInstalled: the chart's pods really run. Both operator replicas are
 // Running and Ready on the real node and one holds the Lease; the monitor
 // DaemonSet's pod is Running and Ready there with no restart, its probes
 // passing; and the token the kubelet projected into it names its node to
 // the admission policy: it may write findings about gpu-real-0 and not
 // about another node.
-func TestInstalled(t *testing.T) {
+func testInstalled(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
 	g := NewWithT(t)
 	operators := operatorPods(g)
 	g.Expect(operators).To(HaveLen(2))
@@ -84,11 +85,11 @@ func TestInstalled(t *testing.T) {
 	g.Expect(env.Cluster.Client.Delete(ctx, own)).To(Succeed())
 }
 
-// TestKernelLogXID: a driver's XID line in the kernel log (a file here, in
+// testKernelLogXID: a driver's XID line in the kernel log (a file here, in
 // /dev/kmsg's record format) is read by the privileged monitor container
 // and becomes a finding of the kmsg source. XID 13 (a graphics engine
 // exception, usually the application's) quarantines only when repeated.
-func TestKernelLogXID(t *testing.T) {
+func testKernelLogXID(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
 	g := NewWithT(t)
 	b, err := os.ReadFile("/proc/uptime")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -112,14 +113,14 @@ func TestKernelLogXID(t *testing.T) {
 	g.Consistently(func(g Gomega) bool { return node(g, env.Node).Spec.Unschedulable }, 2*time.Second).Should(BeFalse(), "one XID 13 does not quarantine")
 }
 
-// TestXIDCycle: an XID 119 (GSP RPC timeout; NVIDIA: reset the GPU) raised
+// testXIDCycle: an XID 119 (GSP RPC timeout; NVIDIA: reset the GPU) raised
 // in the real node's GPU reaches the monitor pod through go-nvml, becomes a
 // NodeHealthEvent, and the operator pods cordon and taint gpu-real-0,
 // evict the real workload pods on it one at a time under their PDB (the
 // replacements run on a fake node), run the GPU reset and the
 // recertification as real containers that exit 0, and return the node to
 // service.
-func TestXIDCycle(t *testing.T) {
+func testXIDCycle(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
 	g := NewWithT(t)
 	g.Expect(framework.CreateWorkload(ctx, env.Cluster, framework.Workload{
 		Namespace: "ml", Name: "trainer", Replicas: 2, GPUs: -1,
@@ -191,10 +192,10 @@ func TestXIDCycle(t *testing.T) {
 	g.Expect(env.Cluster.Client.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "trainer"}})).To(Succeed())
 }
 
-// TestLeaderFailover: the leader's pod deleted with kubectl while a cycle
+// testLeaderFailover: the leader's pod deleted with kubectl while a cycle
 // runs its GPU reset; the other replica takes the Lease and finishes the
 // cycle, with one reset Job and one recertification Job.
-func TestLeaderFailover(t *testing.T) {
+func testLeaderFailover(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
 	g := NewWithT(t)
 	first := leader(g)
 	g.Expect(first).NotTo(BeEmpty())
@@ -224,10 +225,10 @@ func TestLeaderFailover(t *testing.T) {
 	}).Should(Succeed())
 }
 
-// TestBudgetAcrossRealAndFakeNodes: with maxUnavailable 1, a fault on the
+// testBudgetAcrossRealAndFakeNodes: with maxUnavailable 1, a fault on the
 // real node and one on a fake node at once: both cordoned at once, never
 // both out of service, both back.
-func TestBudgetAcrossRealAndFakeNodes(t *testing.T) {
+func testBudgetAcrossRealAndFakeNodes(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
 	g := NewWithT(t)
 	// A fake node's pods print nothing (kwok runs no container), so for
 	// this case the suite is judged by exit codes on both nodes.
@@ -253,12 +254,12 @@ func TestBudgetAcrossRealAndFakeNodes(t *testing.T) {
 	g.Expect(out.Max()).To(Equal(1), "one node out of service at a time")
 }
 
-// TestMonitorRestartDuringOutage: with the apiserver down, three XIDs are
+// testMonitorRestartDuringOutage: with the apiserver down, three XIDs are
 // raised and the monitor's container is stopped through the CRI (crictl
 // stop); the kubelet restarts it without the apiserver, the restarted agent
 // finds the findings in its hostPath spool, and once the apiserver is back
 // they arrive: one NodeHealthEvent with count 3.
-func TestMonitorRestartDuringOutage(t *testing.T) {
+func testMonitorRestartDuringOutage(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
 	g := NewWithT(t)
 	mon := monitorPod(g)
 	uuid := framework.GPUUUID(realIndex, 2)
@@ -305,12 +306,12 @@ func TestMonitorRestartDuringOutage(t *testing.T) {
 	g.Expect(phase(env.Node)(g)).To(Equal(gpuhealthv1alpha1.PhaseHealthy))
 }
 
-// TestCertifyOnRequest: a human labels the real node gpuhealth.dev/certify;
+// testCertifyOnRequest: a human labels the real node gpuhealth.dev/certify;
 // it is tainted gpuhealth.dev/uncertified (not cordoned) while its suite
 // runs as real containers, the operator reads the DCGM JSON and the NCCL
 // report from their logs through the apiserver and the kubelet, and the
 // node returns with a certificate holding both steps' measurements.
-func TestCertifyOnRequest(t *testing.T) {
+func testCertifyOnRequest(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
 	g := NewWithT(t)
 	g.Eventually(phase(env.Node), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	kubectl(t, "label", "node", env.Node, gpuhealthv1alpha1.CertifyLabel+"=e2e-1", "--overwrite")
@@ -334,12 +335,12 @@ func TestCertifyOnRequest(t *testing.T) {
 	t.Logf("status.certificate:\n%s", kubectl(t, "get", "nodehealth", env.Node, "-o", "jsonpath={.status.certificate}"))
 }
 
-// TestRecertificationFailsOnLowBandwidth: the NCCL step's report (a real
+// testRecertificationFailsOnLowBandwidth: the NCCL step's report (a real
 // container's log) says 42 GB/s, below the 100 GB/s threshold: the
 // recertification attempt fails with the numbers and the node goes back to
 // quarantine; with the report back at 400 GB/s the next attempt passes and
 // the node returns, recertified.
-func TestRecertificationFailsOnLowBandwidth(t *testing.T) {
+func testRecertificationFailsOnLowBandwidth(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
 	g := NewWithT(t)
 	g.Eventually(phase(env.Node), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	patch := func(busbw float64) {
@@ -377,11 +378,11 @@ func TestRecertificationFailsOnLowBandwidth(t *testing.T) {
 	}
 }
 
-// TestHelmUpgradeAndUninstall runs last: helm upgrade with a changed value
+// testHelmUpgradeAndUninstall runs last: helm upgrade with a changed value
 // rolls both workloads (new operator pods, a new monitor pod) and keeps
 // every finding and NodeHealth; helm uninstall leaves no pod, RBAC or
 // admission policy of gpuhealth's.
-func TestHelmUpgradeAndUninstall(t *testing.T) {
+func testHelmUpgradeAndUninstall(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
 	g := NewWithT(t)
 	c := env.Cluster.Client
 	uids := func(g Gomega) (findings, nodeHealths []types.UID) {
