@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,12 +51,38 @@ type Cluster struct {
 	// longer than their renew deadline (10 s) makes them exit for good, as
 	// nobody restarts them. Set before Create.
 	NoControllerLeaderElection bool
+	// DefaultStages starts kwok with its built-in stages (nodes and pods
+	// become Ready; nothing else happens to them) instead of the suite's
+	// e2e/testdata/kwok-stages.yaml (Jobs that finish, nodes that go down).
+	// Set before Create.
+	DefaultStages bool
+	// ComponentArgs are extra flags for the control-plane components, which
+	// Create hands kwokctl as componentsPatches. Set before Create.
+	ComponentArgs []ComponentArg
+	// StartTimeout bounds kwokctl create: its --timeout, and its --wait for
+	// the components to be ready. Zero: 3 minutes, 2 of them to wait.
+	StartTimeout time.Duration
+	// ContextKubeconfig, when set before Create, is the file kwokctl adds
+	// the cluster's context to; Delete removes the context and the file.
+	// Empty: Create has kwokctl write WorkDir/kubeconfig-unused.yaml, and
+	// Delete gives kwokctl no --kubeconfig. Nothing reads either file:
+	// clients use Kubeconfig, the cluster's own.
+	ContextKubeconfig string
 
 	// Config, Client and Clientset act as the cluster admin.
 	Config    *rest.Config
 	Client    client.Client
 	Clientset kubernetes.Interface
 	Scheme    *runtime.Scheme
+}
+
+// ComponentArg is one flag on a control-plane component's command line.
+type ComponentArg struct {
+	// Component is kwokctl's name for it: etcd, kube-apiserver,
+	// kube-controller-manager, kube-scheduler or kwok-controller.
+	Component string
+	// Key is the flag's name without the dashes; Value is its value.
+	Key, Value string
 }
 
 // NewCluster names a cluster (prefix plus a random suffix, or exactly
@@ -66,8 +93,10 @@ func NewCluster(prefix string, exact bool, root, binDir, workDir string) (*Clust
 		return nil, err
 	}
 	for _, bin := range []string{"kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		if _, err := os.Stat(filepath.Join(binDir, bin)); err != nil {
+		if st, err := os.Stat(filepath.Join(binDir, bin)); err != nil {
 			return nil, fmt.Errorf("control-plane binary %s missing in %s (run hack/controlplane.sh): %w", bin, binDir, err)
+		} else if st.IsDir() {
+			return nil, fmt.Errorf("control-plane binary %s in %s is a directory", bin, binDir)
 		}
 	}
 	name := fmt.Sprintf("%s-%s", prefix, hex.EncodeToString(b[:]))
@@ -93,21 +122,31 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 	return nil
 }
 
-// Create starts the cluster with the suite's kwok stages and connects to it.
+// Create starts the cluster, with the suite's kwok stages unless
+// DefaultStages, and connects to it.
 func (c *Cluster) Create(ctx context.Context) error {
 	b := func(n string) string { return filepath.Join(c.BinDir, n) }
-	config := filepath.Join(c.Root, "e2e", "testdata", "kwok-stages.yaml")
-	if c.NoControllerLeaderElection {
-		var err error
-		if config, err = c.configWithoutLeaderElection(config); err != nil {
-			return err
-		}
+	config, written, err := c.kwokctlConfig()
+	if err != nil {
+		return err
 	}
-	err := c.kwokctl(ctx, "create", "cluster",
+	if written {
+		// kwokctl keeps a copy with the cluster.
+		defer func() { _ = os.Remove(config) }()
+	}
+	wait, timeout := "2m", "3m"
+	if c.StartTimeout > 0 {
+		wait, timeout = c.StartTimeout.String(), c.StartTimeout.String()
+	}
+	kubeconfig := c.ContextKubeconfig
+	if kubeconfig == "" {
+		kubeconfig = filepath.Join(c.WorkDir, "kubeconfig-unused.yaml")
+	}
+	err = c.kwokctl(ctx, "create", "cluster",
 		"--runtime", "binary",
-		"--kubeconfig", filepath.Join(c.WorkDir, "kubeconfig-unused.yaml"),
+		"--kubeconfig", kubeconfig,
 		"--config", config,
-		"--wait", "2m", "--timeout", "3m",
+		"--wait", wait, "--timeout", timeout,
 		"--etcd-binary", b("etcd"),
 		"--kube-apiserver-binary", b("kube-apiserver"),
 		"--kube-controller-manager-binary", b("kube-controller-manager"),
@@ -119,27 +158,62 @@ func (c *Cluster) Create(ctx context.Context) error {
 	return c.connect()
 }
 
-// configWithoutLeaderElection writes a copy of the kwokctl configuration
-// at path into the work directory with kube-controller-manager and
-// kube-scheduler told --leader-elect=false, and returns the copy's path.
-func (c *Cluster) configWithoutLeaderElection(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
+// kwokctlConfig returns the kwokctl configuration file Create passes, and
+// whether it wrote that file: the suite's stages file as it is, or, with
+// DefaultStages, ComponentArgs or NoControllerLeaderElection, a file of
+// the cluster's own in the work directory with the flags added as
+// componentsPatches (and no stages with DefaultStages: kwok's built-in
+// ones apply when the configuration names none).
+func (c *Cluster) kwokctlConfig() (path string, written bool, err error) {
+	stages := filepath.Join(c.Root, "e2e", "testdata", "kwok-stages.yaml")
+	args := slices.Clone(c.ComponentArgs)
+	if c.NoControllerLeaderElection {
+		args = append(args,
+			ComponentArg{Component: "kube-controller-manager", Key: "leader-elect", Value: "false"},
+			ComponentArg{Component: "kube-scheduler", Key: "leader-elect", Value: "false"})
 	}
 	const anchor = "componentsPatches:\n"
-	s := string(b)
-	if !strings.Contains(s, anchor) {
-		return "", fmt.Errorf("%s has no componentsPatches to add to", path)
+	s := "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\n" + anchor
+	if !c.DefaultStages {
+		if len(args) == 0 {
+			return stages, false, nil
+		}
+		b, err := os.ReadFile(stages)
+		if err != nil {
+			return "", false, err
+		}
+		if s = string(b); !strings.Contains(s, anchor) {
+			return "", false, fmt.Errorf("%s has no componentsPatches to add to", stages)
+		}
 	}
-	s = strings.Replace(s, anchor, anchor+
-		"- name: kube-controller-manager\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}\n"+
-		"- name: kube-scheduler\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}\n", 1)
+	s = strings.Replace(s, anchor, anchor+componentsPatches(args), 1)
 	if err := os.MkdirAll(c.WorkDir, 0o700); err != nil {
-		return "", err
+		return "", false, err
 	}
-	out := filepath.Join(c.WorkDir, "kwokctl-config.yaml")
-	return out, os.WriteFile(out, []byte(s), 0o600)
+	// Named after the cluster: clusters may share a work directory.
+	out := filepath.Join(c.WorkDir, c.Name+"-kwokctl.yaml")
+	return out, true, os.WriteFile(out, []byte(s), 0o600)
+}
+
+// componentsPatches writes args as kwokctl componentsPatches entries: one
+// per component, in the order the components first appear.
+func componentsPatches(args []ComponentArg) string {
+	var order []string
+	byComponent := map[string][]ComponentArg{}
+	for _, a := range args {
+		if _, ok := byComponent[a.Component]; !ok {
+			order = append(order, a.Component)
+		}
+		byComponent[a.Component] = append(byComponent[a.Component], a)
+	}
+	var b strings.Builder
+	for _, component := range order {
+		fmt.Fprintf(&b, "- name: %s\n  extraArgs:\n", component)
+		for _, a := range byComponent[component] {
+			fmt.Fprintf(&b, "  - {key: %s, value: %s}\n", a.Key, strconv.Quote(a.Value))
+		}
+	}
+	return b.String()
 }
 
 // Attach connects to a running kwokctl cluster (one hack/realnode.sh
@@ -236,9 +310,14 @@ func (c *Cluster) StopAPIServer(ctx context.Context) (func() error, error) {
 	}, nil
 }
 
-// Delete removes the cluster and its processes.
+// Delete removes the cluster and its processes (and ContextKubeconfig).
 func (c *Cluster) Delete(ctx context.Context) error {
-	return c.kwokctl(ctx, "delete", "cluster")
+	if c.ContextKubeconfig == "" {
+		return c.kwokctl(ctx, "delete", "cluster")
+	}
+	err := c.kwokctl(ctx, "delete", "cluster", "--kubeconfig", c.ContextKubeconfig)
+	_ = os.Remove(c.ContextKubeconfig)
+	return err
 }
 
 // LogsDir is where kwokctl keeps each component's log.
@@ -318,7 +397,7 @@ func (c *Cluster) TokenKubeconfig(ctx context.Context, path, namespace, serviceA
 		}
 	}
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: ca, InsecureSkipTLSVerify: len(ca) == 0}
+	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: ca, InsecureSkipTLSVerify: len(ca) == 0 && c.Config.Insecure}
 	kc.AuthInfos[serviceAccount] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
 	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: serviceAccount}
 	kc.CurrentContext = "e2e"
@@ -345,14 +424,17 @@ func Poll(ctx context.Context, timeout time.Duration, check func() (bool, string
 	}
 }
 
-// tail is the end of a command's output, for an error.
-func tail(b []byte) string {
-	const n = 3000
+// Tail returns at most the last n bytes of a command's output or a log,
+// as trimmed text, for an error message.
+func Tail(b []byte, n int) string {
 	if len(b) > n {
 		b = b[len(b)-n:]
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// tail is the end of a command's output, for an error.
+func tail(b []byte) string { return Tail(b, 3000) }
 
 // exited reports whether process pid is gone or a zombie (kwokctl's
 // components are not our children; nobody may reap them in a container).

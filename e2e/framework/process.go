@@ -52,37 +52,85 @@ type Process struct {
 	Health string
 	// Metrics is the host:port of its /metrics.
 	Metrics string
+	// Pprof is the host:port of Go's /debug/pprof endpoints; empty when the
+	// process serves none.
+	Pprof string
+	// OnExit, when set before Start or Launch, is called with the process's
+	// exit error (nil for status 0) when it exits by itself, not through
+	// Stop or Kill.
+	OnExit func(error)
 
 	args []string
 	env  []string
 	bin  string
+	// dieWithParent: see OperatorOptions.DieWithParent.
+	dieWithParent bool
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	started time.Time
 }
 
 // Start runs the process (again, after Stop or Kill) and waits for /readyz.
 func (p *Process) Start(ctx context.Context) error {
+	if err := p.Launch(); err != nil {
+		return err
+	}
+	return p.WaitReady(ctx, time.Minute)
+}
+
+// Launch runs the process (again, after Stop or Kill) without waiting for
+// it to be ready.
+func (p *Process) Launch() error {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
-		p.mu.Unlock()
 		return err
 	}
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = log, log
+	if p.dieWithParent {
+		setDieWithParent(cmd)
+	}
+	started := time.Now()
 	if err := cmd.Start(); err != nil {
-		p.mu.Unlock()
 		_ = log.Close()
 		return fmt.Errorf("starting %s: %w", p.Name, err)
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = log.Close(); close(done) }()
-	p.cmd, p.done = cmd, done
+	go func() {
+		err := cmd.Wait()
+		_ = log.Close()
+		// Stop and Kill clear p.cmd before they signal.
+		p.mu.Lock()
+		byItself := p.cmd == cmd
+		p.mu.Unlock()
+		close(done)
+		if byItself && p.OnExit != nil {
+			p.OnExit(err)
+		}
+	}()
+	p.cmd, p.done, p.started = cmd, done, started
+	return nil
+}
+
+// Started is when the process was last started; zero before the first.
+func (p *Process) Started() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started
+}
+
+// WaitReady waits until the process's /readyz answers 200, for at most
+// timeout.
+func (p *Process) WaitReady(ctx context.Context, timeout time.Duration) error {
+	p.mu.Lock()
+	done := p.done
 	p.mu.Unlock()
-	return Poll(ctx, time.Minute, func() (bool, string) {
+	return Poll(ctx, timeout, func() (bool, string) {
 		select {
 		case <-done:
 			return false, fmt.Sprintf("%s exited; see %s", p.Name, p.LogPath)
@@ -171,31 +219,6 @@ func baseEnv() []string {
 		}
 	}
 	return env
-}
-
-// NewOperator prepares the operator as a host process authenticated as the
-// gpuhealth-operator service account (config/rbac), so missing RBAC fails;
-// extra flags follow the framework's own.
-func NewOperator(ctx context.Context, c *Cluster, bin, dir string, extra ...string) (*Process, error) {
-	kc := filepath.Join(dir, "operator.kubeconfig")
-	if err := c.TokenKubeconfig(ctx, kc, Namespace, "gpuhealth-operator", ""); err != nil {
-		return nil, err
-	}
-	health, err := FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	metrics, err := FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	return &Process{
-		Name: "gpuhealth-operator", LogPath: filepath.Join(dir, "operator.log"), Health: health, Metrics: metrics, bin: bin,
-		// Leader election stays on (its Lease RBAC is part of what is tested).
-		args: append([]string{"--kubeconfig", kc, "--namespace", Namespace, "--leader-elect=true",
-			"--health-probe-bind-address", health, "--metrics-bind-address", metrics, "--zap-devel"}, extra...),
-		env: baseEnv(),
-	}, nil
 }
 
 // Monitor is one node's gpuhealth-monitor with its fake NVML scenario.
