@@ -41,19 +41,15 @@ func (h *harness) detect(ctx context.Context, cleanup func(func())) ([]time.Dura
 	bins := framework.Binaries{Monitor: filepath.Join(dir, "gpuhealth-monitor")}
 	build := exec.CommandContext(ctx, "go", "build", "-o", bins.Monitor, "./cmd/gpuhealth-monitor")
 	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building the monitor: %w\n%s", err, tail(out, 2000))
+		return nil, fmt.Errorf("building the monitor: %w\n%s", err, framework.Tail(out, 2000))
 	}
 	if bins.FakeNVML, err = fakenvml.Build(dir); err != nil {
 		return nil, fmt.Errorf("building the fake NVML library: %w", err)
 	}
-	fc, err := framework.Attach("", h.c.binDir, h.c.workdir, h.c.name)
-	if err != nil {
-		return nil, err
-	}
 	var out []time.Duration
 	for batch := 0; len(out) < h.o.detectSamples; batch++ {
 		k := min(h.o.detectMonitors, h.o.detectSamples-len(out))
-		samples, err := h.detectBatch(ctx, fc, bins, dir, batch, k)
+		samples, err := h.detectBatch(ctx, bins, dir, batch, k)
 		if err != nil {
 			return nil, err
 		}
@@ -65,7 +61,7 @@ func (h *harness) detect(ctx context.Context, cleanup func(func())) ([]time.Dura
 
 // detectBatch starts k monitors on k fresh nodes and injects one XID on
 // each in turn.
-func (h *harness) detectBatch(ctx context.Context, fc *framework.Cluster, bins framework.Binaries, dir string, batch, k int) ([]time.Duration, error) {
+func (h *harness) detectBatch(ctx context.Context, bins framework.Binaries, dir string, batch, k int) ([]time.Duration, error) {
 	nodes, err := h.createNodes(ctx, nodeSet{name: fmt.Sprintf("detect%d", batch), gpu: true}, k)
 	if err != nil {
 		return nil, err
@@ -85,7 +81,7 @@ func (h *harness) detectBatch(ctx context.Context, fc *framework.Cluster, bins f
 		if err := h.createMonitorPod(ctx, node); err != nil {
 			return nil, err
 		}
-		m, err := framework.NewMonitor(ctx, fc, bins, dir, node, framework.Scenario(batch*h.o.detectMonitors+i))
+		m, err := framework.NewMonitor(ctx, h.c, bins, dir, node, framework.Scenario(batch*h.o.detectMonitors+i))
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +116,7 @@ func (h *harness) detectBatch(ctx context.Context, fc *framework.Cluster, bins f
 func (h *harness) createMonitorPod(ctx context.Context, node string) error {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: "gpuhealth-monitor-" + node, Namespace: operatorNamespace,
+			Name: "gpuhealth-monitor-" + node, Namespace: framework.Namespace,
 			Labels: map[string]string{"app.kubernetes.io/name": "gpuhealth-monitor"},
 		},
 		Spec: corev1.PodSpec{
@@ -131,7 +127,7 @@ func (h *harness) createMonitorPod(ctx context.Context, node string) error {
 			TerminationGracePeriodSeconds: ptr.To(int64(0)),
 		},
 	}
-	if _, err := h.cs.CoreV1().Pods(operatorNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := h.cs.CoreV1().Pods(framework.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the monitor pod on %s: %w", node, err)
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/e2e/framework"
 )
 
 // victimLabel marks the nodes a drain race drains (the rest of its set
@@ -82,7 +83,7 @@ func (h *harness) drainRace(ctx context.Context, cancel context.CancelCauseFunc,
 	if err := h.createPolicy(ctx, drainPolicy(20, 16)); err != nil {
 		return nil, err
 	}
-	op, err := startOperator(ctx, cancel, h, o.operatorBin, o.operatorWorkers, strings.Fields(o.operatorArgs))
+	op, err := h.startOperator(ctx, cancel)
 	if err != nil {
 		return nil, err
 	}
@@ -126,10 +127,10 @@ func (h *harness) drainRace(ctx context.Context, cancel context.CancelCauseFunc,
 		} else {
 			exited = make(chan error, 1)
 			go func() {
-				out, err := runOut(ctx, kubectl, "--kubeconfig", h.c.adminKubeconfig, "drain", "-l", victimLabel+"="+set,
+				out, err := runOut(ctx, kubectl, "--kubeconfig", h.c.Kubeconfig, "drain", "-l", victimLabel+"="+set,
 					"--ignore-daemonsets", "--delete-emptydir-data", "--timeout", o.timeout.String())
 				if err != nil {
-					err = fmt.Errorf("kubectl drain: %w\n%s", err, tail(out, 2000))
+					err = fmt.Errorf("kubectl drain: %w\n%s", err, framework.Tail(out, 2000))
 				}
 				run.Exited = time.Since(start)
 				exited <- err

@@ -66,6 +66,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/resource"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gpuhealth/gpuhealth/e2e/framework"
 )
 
 // options are the command-line flags.
@@ -181,7 +183,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.controlPlane == "" {
 		logf("finding control-plane binaries (hack/controlplane.sh)")
-		if o.controlPlane, err = controlPlaneDir(ctx); err != nil {
+		if o.controlPlane, err = framework.ControlPlane(ctx, root); err != nil {
 			return err
 		}
 	}
@@ -203,7 +205,7 @@ func run(ctx context.Context, o options) error {
 
 	var table string
 	if o.drain {
-		res, err := withCluster(ctx, o, func(ctx context.Context, h *harness, cancel context.CancelCauseFunc, cleanup func(func())) (*drainResults, error) {
+		res, err := withCluster(ctx, root, o, func(ctx context.Context, h *harness, cancel context.CancelCauseFunc, cleanup func(func())) (*drainResults, error) {
 			return h.drainRace(ctx, cancel, cleanup)
 		})
 		if err != nil {
@@ -216,7 +218,7 @@ func run(ctx context.Context, o options) error {
 		for _, n := range o.sizes {
 			o.nodes = n
 			logf("=== N = %d ===", n)
-			res, err := withCluster(ctx, o, func(ctx context.Context, h *harness, cancel context.CancelCauseFunc, cleanup func(func())) (*results, error) {
+			res, err := withCluster(ctx, root, o, func(ctx context.Context, h *harness, cancel context.CancelCauseFunc, cleanup func(func())) (*results, error) {
 				return h.cordonBench(ctx, cancel, cleanup)
 			})
 			if err != nil {
@@ -254,7 +256,7 @@ func run(ctx context.Context, o options) error {
 // fn; the cleanups fn registers, and the cluster's deletion, run whatever
 // happens. An unexpected exit of a process fn starts cancels ctx through
 // cancel, with its cause.
-func withCluster[R any](sigCtx context.Context, o options, fn func(ctx context.Context, h *harness, cancel context.CancelCauseFunc, cleanup func(func())) (R, error)) (res R, err error) {
+func withCluster[R any](sigCtx context.Context, root string, o options, fn func(ctx context.Context, h *harness, cancel context.CancelCauseFunc, cleanup func(func())) (R, error)) (res R, err error) {
 	ctx, cancel := context.WithCancelCause(sigCtx)
 	defer cancel(nil)
 	var cleanups []func()
@@ -263,24 +265,25 @@ func withCluster[R any](sigCtx context.Context, o options, fn func(ctx context.C
 			cleanups[i]()
 		}
 	}()
-	c, err := newCluster(o.controlPlane)
+	c, err := newCluster(root, o)
 	if err != nil {
 		return res, err
 	}
+	kwokctl := filepath.Join(c.BinDir, "kwokctl")
 	cleanups = append(cleanups, func() {
 		if o.keep {
-			logf("leaving cluster %s running (-keep); admin kubeconfig %s; delete it with: %s delete cluster --name %s", c.name, c.adminKubeconfig, c.kwokctlPath(), c.name)
+			logf("leaving cluster %s running (-keep); admin kubeconfig %s; delete it with: %s delete cluster --name %s", c.Name, c.Kubeconfig, kwokctl, c.Name)
 			return
 		}
-		logf("deleting cluster %s", c.name)
+		logf("deleting cluster %s", c.Name)
 		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer dcancel()
-		if derr := c.delete(dctx); derr != nil {
-			logf("WARNING: deleting cluster %s: %v (remove it with: %s delete cluster --name %s)", c.name, derr, c.kwokctlPath(), c.name)
+		if derr := c.Delete(dctx); derr != nil {
+			logf("WARNING: deleting cluster %s: %v (remove it with: %s delete cluster --name %s)", c.Name, derr, kwokctl, c.Name)
 		}
 	})
-	logf("creating kwok cluster %s", c.name)
-	if err := c.create(ctx, o.timeout); err != nil {
+	logf("creating kwok cluster %s", c.Name)
+	if err := c.Create(ctx); err != nil {
 		return res, err
 	}
 	h, err := newHarness(ctx, c, o)
@@ -347,13 +350,13 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 		return nil, err
 	}
 	startOp := func() (*operator, error) {
-		op, err := startOperator(ctx, cancel, h, o.operatorBin, o.operatorWorkers, strings.Fields(o.operatorArgs))
+		op, err := h.startOperator(ctx, cancel)
 		if err != nil {
 			return nil, err
 		}
 		cleanup(op.stop)
-		res.OperatorLog = op.logPath
-		logf("operator started (pid %d, log %s)", op.cmd.Process.Pid, op.logPath)
+		res.OperatorLog = op.LogPath
+		logf("operator started (pid %d, log %s)", op.Pid(), op.LogPath)
 		return op, nil
 	}
 	op, err := startOp()
@@ -367,7 +370,7 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 	if err := h.waitPhase(ctx, nodes, phaseHealthy); err != nil {
 		return nil, err
 	}
-	res.Steady = time.Since(op.started)
+	res.Steady = time.Since(op.Started())
 	res.CacheSync, res.Controllers = op.cacheSynced()
 	logf("steady: every NodeHealth Healthy %s after the operator started (caches of %d controllers synced after %s)", res.Steady.Round(time.Millisecond), res.Controllers, res.CacheSync.Round(time.Millisecond))
 	if o.idle > 0 {
@@ -389,7 +392,7 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 
 	// 3. The burst, and the writes it took.
 	logf("burst: creating %d NodeHealthEvents at once", len(nodes))
-	stopSampling := sampleMemory(ctx, op, 250*time.Millisecond, o.operatorMemLimit, o.heapProfile != "")
+	stopSampling := sampleMemory(ctx, op, op.Pid(), 250*time.Millisecond, o.operatorMemLimit, o.heapProfile != "")
 	err = h.burst(ctx, op, nodes, res)
 	res.MemBurst = stopSampling()
 	if err != nil {
@@ -461,7 +464,7 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 
 	op.stop()
 	res.addLogErrors(op)
-	logf("operator log: %s (%d error lines, %d more of reconciles cut short by its shutdown)", op.logPath, res.OperatorErrors, res.OperatorShutdownErrors)
+	logf("operator log: %s (%d error lines, %d more of reconciles cut short by its shutdown)", op.LogPath, res.OperatorErrors, res.OperatorShutdownErrors)
 	if res.OperatorErrors > 0 {
 		logf("  first: %s", firstBytes(res.OperatorErrorSample, 600))
 	}

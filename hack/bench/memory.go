@@ -84,13 +84,13 @@ type memProfile struct {
 // often.
 const scrapeEvery = 2 * time.Second
 
-// sampleMemory reads the operator's RSS every interval, and its runtime's
-// statistics as scrapeEvery allows, until stop is called, which returns
-// what it saw. With heapProfile it also keeps the heap profile read with
-// the statistics nearest the peak. limit is the container memory limit
-// the operator was told of, for the report. A failed read is skipped: the
-// process is busy, and the next one counts.
-func sampleMemory(ctx context.Context, op *operator, interval time.Duration, limit float64, heapProfile bool) (stop func() memProfile) {
+// sampleMemory reads the RSS of the operator (process pid) every
+// interval, and its runtime's statistics as scrapeEvery allows, until stop
+// is called, which returns what it saw. With heapProfile it also keeps the
+// heap profile read with the statistics nearest the peak. limit is the
+// container memory limit the operator was told of, for the report. A
+// failed read is skipped: the process is busy, and the next one counts.
+func sampleMemory(ctx context.Context, op *operator, pid int, interval time.Duration, limit float64, heapProfile bool) (stop func() memProfile) {
 	ctx, cancel := context.WithCancel(ctx)
 	var (
 		prof        = memProfile{Limit: limit}
@@ -99,7 +99,7 @@ func sampleMemory(ctx context.Context, op *operator, interval time.Duration, lim
 	)
 	start := time.Now()
 	scrape := func(ctx context.Context) (memSample, bool) {
-		text, err := op.get(ctx, op.metricsURL, "metrics")
+		text, err := op.metrics(ctx)
 		if err != nil {
 			return memSample{}, false
 		}
@@ -108,7 +108,7 @@ func sampleMemory(ctx context.Context, op *operator, interval time.Duration, lim
 			return memSample{}, false
 		}
 		lastScrape = time.Now()
-		s.At, s.RSS = time.Since(start), processRSS(op.cmd.Process.Pid)
+		s.At, s.RSS = time.Since(start), processRSS(pid)
 		if prof.Scrapes == 0 {
 			first = s
 		}
@@ -119,7 +119,7 @@ func sampleMemory(ctx context.Context, op *operator, interval time.Duration, lim
 		return s, true
 	}
 	take := func() {
-		rss := processRSS(op.cmd.Process.Pid)
+		rss := processRSS(pid)
 		if rss == 0 {
 			return
 		}

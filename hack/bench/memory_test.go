@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"net/http/pprof"
 	"os"
-	"os/exec"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -35,15 +34,11 @@ func TestSampleMemory(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	self, err := os.FindProcess(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	op := &operator{cmd: &exec.Cmd{Process: self}, metricsURL: srv.URL + "/metrics", pprofURL: srv.URL + "/debug/pprof"}
+	op := &operator{metricsURL: srv.URL + "/metrics", pprofURL: srv.URL + "/debug/pprof"}
 
 	for _, wantProfile := range []bool{false, true} {
 		heapReads.Store(0)
-		stop := sampleMemory(context.Background(), op, 10*time.Millisecond, 200<<20, wantProfile)
+		stop := sampleMemory(context.Background(), op, os.Getpid(), 10*time.Millisecond, 200<<20, wantProfile)
 		// Grow the resident set so that the RSS reaches a high while sampled.
 		keep := make([][]byte, 0, 64)
 		for range 20 {

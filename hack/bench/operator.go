@@ -7,166 +7,93 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/gpuhealth/gpuhealth/e2e/framework"
 )
 
-// memoryLimitEnv is where the operator reads its container's memory limit
-// (the chart fills it from resources.limits.memory).
-const memoryLimitEnv = "GPUHEALTH_MEMORY_LIMIT"
-
-// operator is the gpuhealth-operator child process.
+// operator is one run of the gpuhealth-operator binary, launched and
+// stopped by the framework (framework.NewOperatorWith).
 type operator struct {
-	cmd        *exec.Cmd
-	dir        string // holds the token kubeconfig; removed on stop
-	logPath    string // kept after the run
-	logFile    *os.File
-	metricsURL string
-	probeURL   string
-	pprofURL   string // Go's pprof endpoints
-	exited     chan struct{}
-	// started is when the process was started.
-	started  time.Time
-	stopping atomic.Bool
-	stopOnce sync.Once
+	*framework.Process
+	// dir holds its token kubeconfig, removed on stop, and its log, kept
+	// after the run.
+	dir string
+	// metricsURL is its /metrics; pprofURL the root of Go's pprof
+	// endpoints.
+	metricsURL, pprofURL string
 }
 
 // startOperator starts the operator as the gpuhealth-operator service
-// account. Should it exit before stop, cancel ends the run with the reason.
-func startOperator(ctx context.Context, cancel context.CancelCauseFunc, h *harness, bin string, workers int, extra []string) (*operator, error) {
-	dir, err := os.MkdirTemp("", "gpuhealth-bench-")
+// account, as the only replica (no leader election), with pprof, JSON logs
+// as the chart's operator writes them, and -operator-workers,
+// -operator-qps, -operator-args and -operator-memory-limit. It does not
+// wait for the operator to be ready. Should the operator exit before stop,
+// cancel ends the run with the reason.
+func (h *harness) startOperator(ctx context.Context, cancel context.CancelCauseFunc) (*operator, error) {
+	o := h.o
+	dir, err := os.MkdirTemp("", "gpuhealth-bench-operator-")
 	if err != nil {
 		return nil, err
 	}
-	kubeconfig := filepath.Join(dir, "operator.kubeconfig")
-	if err := h.tokenKubeconfig(ctx, kubeconfig); err != nil {
+	args := []string{"--workers", fmt.Sprint(o.operatorWorkers), "--kube-api-qps", fmt.Sprint(o.operatorQPS), "--kube-api-burst", fmt.Sprint(2 * o.operatorQPS)}
+	p, err := framework.NewOperatorWith(ctx, h.c, o.operatorBin, dir, framework.OperatorOptions{
+		Args:             append(args, strings.Fields(o.operatorArgs)...),
+		NoLeaderElection: true,
+		JSONLogs:         true,
+		Pprof:            true,
+		MemoryLimit:      int64(math.Round(o.operatorMemLimit)),
+		// A benchmark killed halfway leaves no operator behind, and
+		// Ctrl-C reaches only the benchmark, which stops the operator
+		// before it deletes the cluster.
+		DieWithParent: true,
+	})
+	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	logFile, err := os.CreateTemp("", "gpuhealth-bench-operator-*.log")
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	metricsAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	probeAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	pprofAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{
-		"--kubeconfig", kubeconfig,
-		"--namespace", operatorNamespace,
-		"--leader-elect=false",
-		"--metrics-bind-address", metricsAddr,
-		"--health-probe-bind-address", probeAddr,
-		"--pprof-bind-address", pprofAddr,
-		"--workers", fmt.Sprint(workers),
-		"--kube-api-qps", fmt.Sprint(h.o.operatorQPS),
-		"--kube-api-burst", fmt.Sprint(2 * h.o.operatorQPS),
-	}
-	cmd := exec.Command(bin, append(args, extra...)...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "KUBECONFIG=") && !strings.HasPrefix(e, memoryLimitEnv+"=") {
-			cmd.Env = append(cmd.Env, e)
+	op := &operator{Process: p, dir: dir, metricsURL: "http://" + p.Metrics + "/metrics", pprofURL: "http://" + p.Pprof + "/debug/pprof"}
+	p.OnExit = func(err error) {
+		why := "exit status 0"
+		if err != nil {
+			why = err.Error()
 		}
+		cancel(fmt.Errorf("the operator exited unexpectedly (%s); its log %s ends:\n%s", why, op.LogPath, op.logTail(3000)))
 	}
-	if h.o.operatorMemLimit > 0 {
-		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%.0f", memoryLimitEnv, h.o.operatorMemLimit))
-	}
-	setProcAttrs(cmd)
-	op := &operator{
-		cmd:        cmd,
-		dir:        dir,
-		logPath:    logFile.Name(),
-		logFile:    logFile,
-		metricsURL: "http://" + metricsAddr + "/metrics",
-		probeURL:   "http://" + probeAddr + "/readyz",
-		pprofURL:   "http://" + pprofAddr + "/debug/pprof",
-		exited:     make(chan struct{}),
-	}
-	op.started = time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := p.Launch(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
+		return nil, err
 	}
-	go func() {
-		err := cmd.Wait()
-		close(op.exited)
-		if !op.stopping.Load() {
-			why := "exit status 0"
-			if err != nil {
-				why = err.Error()
-			}
-			cancel(fmt.Errorf("the operator exited unexpectedly (%s); its log %s ends:\n%s", why, op.logPath, op.logTail(3000)))
-		}
-	}()
 	return op, nil
 }
 
-// stop ends the operator: SIGTERM, then SIGKILL after 10 seconds. Calls
-// after the first do nothing.
-func (op *operator) stop() { op.stopOnce.Do(op.doStop) }
-
-func (op *operator) doStop() {
-	op.stopping.Store(true)
-	select {
-	case <-op.exited:
-	default:
-		_ = op.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-op.exited:
-		case <-time.After(10 * time.Second):
-			logf("WARNING: the operator ignored SIGTERM for 10s; killing it")
-			_ = op.cmd.Process.Kill()
-			<-op.exited
+// stop ends the operator (SIGTERM, then SIGKILL after a grace period) and
+// removes everything of it but its log. Calls after the first do nothing
+// more.
+func (op *operator) stop() {
+	op.Stop()
+	entries, _ := os.ReadDir(op.dir)
+	for _, e := range entries {
+		if path := filepath.Join(op.dir, e.Name()); path != op.LogPath {
+			_ = os.RemoveAll(path)
 		}
 	}
-	_ = op.logFile.Close()
-	_ = os.RemoveAll(op.dir)
 }
 
-// waitReady waits until the operator's /readyz answers 200.
+// waitReady waits until the operator's /readyz answers 200; should the
+// operator exit meanwhile, the error says why.
 func (op *operator) waitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	hc := &http.Client{Timeout: 2 * time.Second}
-	var last string
-	for {
-		resp, err := hc.Get(op.probeURL)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
+	if err := op.WaitReady(ctx, timeout); err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return cause
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the operator is not ready after %s (%s); see %s", timeout, last, op.logPath)
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(200 * time.Millisecond):
-		}
+		return fmt.Errorf("the operator is not ready: %w; see %s", err, op.LogPath)
 	}
+	return nil
 }
 
 // metrics returns the operator's Prometheus metrics text.
@@ -198,18 +125,18 @@ func (op *operator) get(ctx context.Context, url, what string) ([]byte, error) {
 
 // logTail returns about the last n bytes of the operator's log.
 func (op *operator) logTail(n int) string {
-	b, err := os.ReadFile(op.logPath)
+	b, err := os.ReadFile(op.LogPath)
 	if err != nil {
 		return err.Error()
 	}
-	return tail(b, n)
+	return framework.Tail(b, n)
 }
 
 // logErrors counts the error lines in the operator's log: those of the run,
 // with the first of them, and the "context canceled" ones of reconciles that
 // its shutdown interrupted.
 func (op *operator) logErrors() (run int, first string, shutdown int) {
-	f, err := os.Open(op.logPath)
+	f, err := os.Open(op.LogPath)
 	if err != nil {
 		return 0, "", 0
 	}
@@ -233,22 +160,18 @@ func (op *operator) logErrors() (run int, first string, shutdown int) {
 	return run, first, shutdown
 }
 
-// freeAddr returns a localhost address with a port that was free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
-}
-
 // cacheSynced is how long after its start the operator's last controller
 // so far started its workers, which controller-runtime does once that
 // controller's caches have synced ("Starting workers" in the log), and
 // how many controllers have.
 func (op *operator) cacheSynced() (time.Duration, int) {
-	b, err := os.ReadFile(op.logPath)
+	return cacheSynced(op.LogPath, op.Started())
+}
+
+// cacheSynced is operator.cacheSynced for the log at logPath of an
+// operator started at started.
+func cacheSynced(logPath string, started time.Time) (time.Duration, int) {
+	b, err := os.ReadFile(logPath)
 	if err != nil {
 		return 0, 0
 	}
@@ -276,7 +199,7 @@ func (op *operator) cacheSynced() (time.Duration, int) {
 	if n == 0 {
 		return 0, 0
 	}
-	return last.Sub(op.started), n
+	return last.Sub(started), n
 }
 
 // logTime reads a zap "ts": seconds since the epoch (the production

@@ -20,8 +20,7 @@ not json "msg":"Starting workers"
 	if err := os.WriteFile(log, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	op := &operator{logPath: log, started: start}
-	d, n := op.cacheSynced()
+	d, n := cacheSynced(log, start)
 	if n != 2 {
 		t.Fatalf("controllers: got %d, want 2", n)
 	}
@@ -35,8 +34,7 @@ func TestCacheSyncedBeforeAnyControllerStarted(t *testing.T) {
 	if err := os.WriteFile(log, []byte(`{"level":"info","ts":1800000000.5,"msg":"Starting manager"}`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	op := &operator{logPath: log, started: time.Unix(1_800_000_000, 0)}
-	if d, n := op.cacheSynced(); n != 0 || d != 0 {
+	if d, n := cacheSynced(log, time.Unix(1_800_000_000, 0)); n != 0 || d != 0 {
 		t.Fatalf("got %s after %d controllers, want nothing", d, n)
 	}
 }

@@ -126,7 +126,7 @@ func (r *results) fillEnvironment(ctx context.Context, h *harness) {
 	if v, err := h.cs.Discovery().ServerVersion(); err == nil {
 		r.Kubernetes = v.GitVersion
 	}
-	if out, err := exec.CommandContext(ctx, filepath.Join(h.c.binDir, "kwok"), "--version").Output(); err == nil {
+	if out, err := exec.CommandContext(ctx, filepath.Join(h.c.BinDir, "kwok"), "--version").Output(); err == nil {
 		r.Kwok = strings.TrimSpace(string(out))
 	}
 }
