@@ -526,7 +526,7 @@ func (n *node) kernelBurst(pci string, code, count, chunk int, pause time.Durati
 	}
 	defer func() { _ = f.Close() }()
 	var b strings.Builder
-	for i := 0; i < count; i++ {
+	for i := range count {
 		n.kmsgSeq++
 		fmt.Fprintf(&b, "3,%d,%d,-;NVRM: Xid (PCI:%s): %d, pid=1234, name=python, burst %d\n", n.kmsgSeq, 1000+n.kmsgSeq, pci, code, i)
 		if (i+1)%chunk == 0 || i == count-1 {

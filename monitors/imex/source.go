@@ -319,7 +319,7 @@ func (r *run) tick(ctx context.Context) error {
 
 	t, state, reason := r.findDaemon(ctx, uid)
 	if ctx.Err() != nil {
-		return nil
+		return nil //nolint:nilerr // the context is done: the run stops, which is no failure
 	}
 	r.setState(state, reason)
 	switch state {
@@ -427,7 +427,7 @@ func (r *run) checkDaemon(ctx context.Context, t Target) error {
 	}
 	out, err := r.exec(ctx, args)
 	if ctx.Err() != nil {
-		return nil
+		return nil //nolint:nilerr // the context is done: the run stops, which is no failure
 	}
 	var code, msg string
 	switch {
@@ -499,7 +499,7 @@ func (r *run) checkDomain(ctx context.Context, t Target) error {
 	r.domainSkipped = false
 	out, err := r.exec(ctx, args)
 	if ctx.Err() != nil {
-		return nil
+		return nil //nolint:nilerr // the context is done: the run stops, which is no failure
 	}
 	if errors.Is(err, ErrNotConfigured) {
 		return r.notConfigured(args, err)

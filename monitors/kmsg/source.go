@@ -555,7 +555,7 @@ func readRecords(ctx context.Context, f *os.File, out chan<- string) error {
 			// read returns the oldest record still there.
 			overruns.Inc()
 		case ctx.Err() != nil || errors.Is(err, os.ErrClosed):
-			return nil
+			return nil //nolint:nilerr // the context is done or the file closed: the source stops, which is no failure
 		default:
 			return err
 		}
@@ -605,7 +605,7 @@ func readLines(ctx context.Context, f *os.File, poll time.Duration, out chan<- s
 				offset, pending = 0, nil
 			}
 		case ctx.Err() != nil || errors.Is(err, os.ErrClosed):
-			return nil
+			return nil //nolint:nilerr // the context is done or the file closed: the source stops, which is no failure
 		default:
 			return err
 		}

@@ -134,7 +134,7 @@ func (s *Source) pollFabric(now, started time.Time, d *device, tracker *monitors
 		d.fabric = false
 		return nil
 	case ret != gonvml.SUCCESS:
-		return nil // a transient read failure; the next poll tries again
+		return nil //nolint:nilerr // a transient read failure; the next poll tries again
 	}
 	grace := s.FabricGrace
 	if grace <= 0 {

@@ -43,7 +43,7 @@ func TestThrottleNeedsMoreThanHalfTheWindowAndResolves(t *testing.T) {
 	g := NewWithT(t)
 	p := newPoll()
 	firstAt, resolvedAt := -1, -1
-	for s := 0; s <= 20; s++ {
+	for s := range 21 { // 0 s to 20 s
 		reasons := ReasonSWPowerCap // the workload's: never judged
 		if s < 7 {
 			reasons |= ReasonHWSlowdown
@@ -68,7 +68,7 @@ func TestThrottleNeedsMoreThanHalfTheWindowAndResolves(t *testing.T) {
 func TestThrottleThatHoldsIsRepeatedOnceAWindow(t *testing.T) {
 	g := NewWithT(t)
 	p := newPoll()
-	for s := 0; s <= 30; s++ {
+	for s := range 31 { // 0 s to 30 s
 		p.at(s, Reading{Clocks: &Clocks{Reasons: ReasonHWThermal}})
 	}
 	g.Expect(p.got).To(HaveLen(3), "at 6 s, 16 s and 26 s")
@@ -80,7 +80,7 @@ func TestPCIeIsJudgedOnlyWhileBusy(t *testing.T) {
 	x8 := func(util uint32) Reading {
 		return Reading{PCIe: &PCIe{Generation: 5, Width: 8, MaxGeneration: 5, MaxWidth: 16, Utilization: util}}
 	}
-	for s := 0; s < 10; s++ {
+	for s := range 10 {
 		g.Expect(p.at(s, x8(0))).To(BeEmpty(), "an idle link at x8 is no finding")
 	}
 	var opened int
@@ -130,7 +130,7 @@ func TestMemoryAndECC(t *testing.T) {
 func TestThermalMarginAndSlowNVLink(t *testing.T) {
 	g := NewWithT(t)
 	p := newPoll()
-	for s := 0; s <= 6; s++ {
+	for s := range 7 { // 0 s to 6 s
 		p.at(s, Reading{
 			Temperature: &Temperature{GPU: 86, Slowdown: 90},
 			LinkSpeeds:  map[int]uint64{0: 26562, 1: 26562, 2: 13281},
@@ -147,7 +147,7 @@ func TestChecksOff(t *testing.T) {
 	g := NewWithT(t)
 	p := newPoll()
 	p.judge.Config.Off = []gpuhealthv1alpha1.Check{gpuhealthv1alpha1.CheckThrottled, gpuhealthv1alpha1.CheckMemoryRepair}
-	for s := 0; s <= 10; s++ {
+	for s := range 11 { // 0 s to 10 s
 		p.at(s, Reading{Clocks: &Clocks{Reasons: ReasonHWSlowdown}, Remap: &Remap{Failed: true}})
 	}
 	g.Expect(p.got).To(BeEmpty())

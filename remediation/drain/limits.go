@@ -107,7 +107,9 @@ func (b *budgetPacers) wait(ctx context.Context, budget types.NamespacedName) er
 	l := b.pacers[budget]
 	if l == nil {
 		if len(b.pacers) >= maxIdlePacers {
-			now := time.Now() // the limiters' own clock (rate.Limiter.Wait reads time.Now)
+			// The limiters' own clock: rate.Limiter.Wait reads time.Now,
+			// so a pacer is idle by the wall clock, not the injected one.
+			now := time.Now() //nolint:forbidigo // rate.Limiter keeps wall-clock time
 			for k, p := range b.pacers {
 				if p.TokensAt(now) >= 1 {
 					delete(b.pacers, k)
