@@ -61,7 +61,7 @@ func declaredNames(src []byte) []string {
 // RepoRoot is the repository's root, found from this file.
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // Known returns the gpuhealth_* metric names declared in the non-test Go

@@ -36,7 +36,7 @@ type DriverShape struct {
 // DriverShapes returns the shapes every ComputeDomain suite runs against.
 func DriverShapes() []DriverShape {
 	_, file, _, _ := runtime.Caller(0)
-	base := filepath.Join(filepath.Dir(file), "..", "..", "controllers", "computedomain", "testdata", "crd")
+	base := filepath.Join(filepath.Dir(file), "..", "..", "..", "controllers", "computedomain", "testdata", "crd")
 	return []DriverShape{
 		{Name: "v25.8", Dir: filepath.Join(base, "v25.8")},
 		{Name: "v25.12", Dir: filepath.Join(base, "v25.12"), Cliques: true},

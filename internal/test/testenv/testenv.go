@@ -98,7 +98,7 @@ func crdDir() (string, error) {
 	if !ok {
 		return "", errors.New("locating config/crd: no caller information")
 	}
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "config", "crd")
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "config", "crd")
 	if _, err := os.Stat(dir); err != nil {
 		return "", fmt.Errorf("locating config/crd: %w", err)
 	}
