@@ -22,16 +22,20 @@ import (
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
-// actBeforeDeciding carries out the one act whose answer the decision
-// needs, a pass of the drain (the Eviction API answers only by being
-// tried), and announces at once what happened whatever this pass writes:
-// pods deleted past the drain timeout, a circuit breaker reset.
+// actBeforeDeciding carries out the acts whose answer the decision needs —
+// a circuit breaker reset a human asked for, so that the nodes it woke see
+// the breaker closed, and a pass of the drain (the Eviction API answers only
+// by being tried) — and announces at once what they did, which happened
+// whatever this pass writes.
 func (r *Reconciler) actBeforeDeciding(ctx context.Context, o *observation) {
 	var happened []announcement
-	if o.breaker != nil && o.breaker.reset != "" {
+	if b := o.breaker; b != nil && b.reset != "" && r.Breaker.Reset(o.policy.Name, b.reset, o.now.Time) {
+		// Honoured once per token, however many nodes it woke.
 		happened = append(happened, announcement{regarding: o.policy, eventType: corev1.EventTypeNormal,
 			reason: gpuhealthv1alpha1.ReasonCircuitBreakerOpen, action: "Reset",
-			note: fmt.Sprintf("circuit breaker reset by annotation %s=%s", gpuhealthv1alpha1.ResetCircuitBreakerAnnotation, o.breaker.reset)})
+			note: fmt.Sprintf("circuit breaker reset by annotation %s=%s", gpuhealthv1alpha1.ResetCircuitBreakerAnnotation, b.reset)})
+		allowed, st := r.Breaker.Check(o.policy.Name, b.settings, o.now.Time)
+		b.allowed, b.message = allowed, st.Message
 	}
 	if o.drains {
 		started := o.now.Time

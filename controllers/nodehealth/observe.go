@@ -83,7 +83,7 @@ type breakerView struct {
 	// per pass; enabled is false for a disabled breaker.
 	settings breaker.Settings
 	enabled  bool
-	// reset is the reset token the peek honoured, for its Event.
+	// reset is a reset token on the policy the breaker has not honoured.
 	reset string
 }
 

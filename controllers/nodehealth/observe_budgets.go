@@ -170,10 +170,10 @@ const breakerRecheck = time.Minute
 // node into quarantine now, recording no quarantine (the first node turned
 // away opens it): the quarantine is counted by reserveBreaker, and kept
 // only once its fence (or, without one, its status) is written (see
-// admission). A new reset token on the policy resets the breaker here, so
-// the nodes it woke see it closed, and the view carries the token for the
-// Event (actBeforeDeciding). The policy status controller mirrors the state
-// into the policy's status.
+// admission). A reset token on the policy that the breaker has not honoured
+// yet is carried in the view: the pass resets the breaker with it before
+// deciding (actBeforeDeciding), so the nodes it woke see it closed. The
+// policy status controller mirrors the state into the policy's status.
 func (r *Reconciler) peekBreaker(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy, now time.Time) (*breakerView, error) {
 	if !breaker.Enabled(p.Spec.CircuitBreaker) {
 		return &breakerView{allowed: true, message: "disabled"}, nil
@@ -189,9 +189,9 @@ func (r *Reconciler) peekBreaker(ctx context.Context, p *gpuhealthv1alpha1.Remed
 		}
 		r.Breaker.SeedFromStatus(p, list.Items, now, settings.Window)
 	}
-	reset := ""
-	if token := p.Annotations[gpuhealthv1alpha1.ResetCircuitBreakerAnnotation]; token != "" && r.Breaker.Reset(p.Name, token, now) {
-		reset = token
+	reset := p.Annotations[gpuhealthv1alpha1.ResetCircuitBreakerAnnotation]
+	if reset == r.Breaker.LastReset(p.Name) {
+		reset = ""
 	}
 	allowed, st := r.Breaker.Check(p.Name, settings, now)
 	return &breakerView{allowed: allowed, message: st.Message, settings: settings, enabled: true, reset: reset}, nil
