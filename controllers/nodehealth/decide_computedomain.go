@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuhealth/gpuhealth/internal/readiness"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +13,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
 	"github.com/gpuhealth/gpuhealth/remediation/member"
 )
 

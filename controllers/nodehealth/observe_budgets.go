@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // domainBudgets returns the per-ComputeDomain and per-clique decisions for
@@ -149,7 +151,7 @@ func (r *Reconciler) managedNodes(ctx context.Context, p *gpuhealthv1alpha1.Reme
 	// selected nodes are copied into the list.
 	sel, err := p.Selector()
 	if err != nil {
-		return map[string]map[string]string{}, nil // selects no node (see Selects)
+		sel = labels.Nothing() // a selector that does not compile selects no node (see Selects)
 	}
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {

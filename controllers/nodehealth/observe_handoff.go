@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/handoff"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // handOffTarget is what observe found for a failed node's hand-off.

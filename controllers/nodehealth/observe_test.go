@@ -2,10 +2,10 @@ package nodehealth
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	. "github.com/onsi/gomega"
-
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -79,7 +79,7 @@ func readOnly(t *testing.T) client.WithWatch {
 	t.Helper()
 	fail := func(what string, obj client.Object) error {
 		t.Errorf("observe wrote: %s %T %s", what, obj, obj.GetName())
-		return nil
+		return errors.New("observe may not write")
 	}
 	return interceptor.NewClient(k8sClient, interceptor.Funcs{
 		Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {

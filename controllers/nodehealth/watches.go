@@ -3,11 +3,6 @@ package nodehealth
 import (
 	"context"
 
-	"github.com/gpuhealth/gpuhealth/internal/readiness"
-
-	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
-	"github.com/gpuhealth/gpuhealth/remediation/job"
-	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -17,6 +12,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
+	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
 
 // nodeChanged lets through the node changes that matter: labels (policy
