@@ -694,17 +694,15 @@ func outOfService() (int, error) {
 // holds for an NVML XID finding about a GPU.
 func spooledOccurrences(uuid, code string) int64 {
 	var n int64
-	_ = filepath.WalkDir(env.Spool, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(d.Name(), ".json") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil
-		}
-		var r spool.Record
-		if json.Unmarshal(b, &r) == nil && r.Spec.Source == gpuhealthv1alpha1.SourceNVML && r.Spec.Component.ID == uuid && r.Spec.Code == code {
-			n += max(r.Base, 0) + r.Pending
+	// A file that goes or cannot be read mid-walk (the monitor rewrites its
+	// spool) counts nothing; the callers poll.
+	_ = filepath.WalkDir(env.Spool, func(path string, d os.DirEntry, walkErr error) error {
+		if walkErr == nil && !d.IsDir() && strings.HasSuffix(d.Name(), ".json") {
+			var r spool.Record
+			if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &r) == nil &&
+				r.Spec.Source == gpuhealthv1alpha1.SourceNVML && r.Spec.Component.ID == uuid && r.Spec.Code == code {
+				n += max(r.Base, 0) + r.Pending
+			}
 		}
 		return nil
 	})
