@@ -255,7 +255,7 @@ func (d *decider) deadMember() {
 // when the period ends.
 func (d *decider) deadSince() (time.Time, bool) {
 	o := d.o
-	if d.dryRun() || !o.cd.member() || !o.node.Spec.Unschedulable || member.Ready(o.node) {
+	if d.dryRun() || !o.cd.member() || !o.node.Spec.Unschedulable || readiness.Node(o.node) {
 		return time.Time{}, false
 	}
 	since, notReady := member.NotReadySince(o.node)

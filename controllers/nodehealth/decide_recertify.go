@@ -8,9 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
-	"github.com/gpuhealth/gpuhealth/remediation/member"
 )
 
 // recertifying runs the remediation step, the recertification Job and the
@@ -136,7 +136,7 @@ func (d *decider) remediated(kind job.Kind, step *gpuhealthv1alpha1.RemediationS
 		rc.RemediationJob = want.Name
 		return d.jobSucceeded(want, gpuhealthv1alpha1.ReasonRemediating)
 	}
-	if boot != rc.BootID && (member.Ready(o.node) || rc.JobName != "" || rc.CompletedAt != nil) {
+	if boot != rc.BootID && (readiness.Node(o.node) || rc.JobName != "" || rc.CompletedAt != nil) {
 		// Back with a new boot; once past this step (its recertification
 		// planned or done), a later NotReady is no reboot still under way.
 		return true

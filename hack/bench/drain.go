@@ -21,6 +21,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/e2e/framework"
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
 )
 
 // victimLabel marks the nodes a drain race drains (the rest of its set
@@ -357,21 +358,12 @@ func (w *podWatch) set(p *corev1.Pod, present bool) {
 			w.armed[node] = now
 		}
 	}
-	if present && w.app != "" && p.Labels["app"] == w.app && !w.readySeen[p.UID] && p.CreationTimestamp.After(w.start.Add(-time.Second)) && podReady(p) {
+	if present && w.app != "" && p.Labels["app"] == w.app && !w.readySeen[p.UID] && p.CreationTimestamp.After(w.start.Add(-time.Second)) && readiness.Pod(p) {
 		w.readySeen[p.UID] = true
 		w.ready = append(w.ready, now)
 	}
 	w.mu.Unlock()
 	w.fire()
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // arm starts a race on victims, whose pods belong to the Deployment app.

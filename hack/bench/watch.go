@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
 )
 
 // notifier wakes every waiter on each change: waiters take the current channel
@@ -79,12 +81,7 @@ func (w *nodeWatch) update(obj any) {
 	if !ok {
 		return
 	}
-	st := nodeState{unschedulable: n.Spec.Unschedulable}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-			st.ready = true
-		}
-	}
+	st := nodeState{unschedulable: n.Spec.Unschedulable, ready: readiness.Node(n)}
 	for _, t := range n.Spec.Taints {
 		if t.Key == corev1.TaintNodeUnschedulable {
 			st.unschedulableTaint = true

@@ -21,12 +21,6 @@ import (
 // https://kubernetes.io/docs/concepts/cluster-administration/node-shutdown/#non-graceful-node-shutdown
 const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
 
-// Ready says whether the node's Ready condition is True; it is
-// readiness.Node, kept for the callers that name it here.
-func Ready(n *corev1.Node) bool {
-	return readiness.Node(n)
-}
-
 // NotReadySince returns when the node's Ready condition last turned False
 // or Unknown, and false when it is Ready or has no Ready condition (a node
 // the kubelet never reported on is not known to be dead).
@@ -56,7 +50,7 @@ func OutOfService(n *corev1.Node) bool {
 // deleted by mistake. It refuses a pod on a Ready node: the caller checks,
 // and this is the last line of that rule.
 func DeleteStalePod(ctx context.Context, c client.Client, n *corev1.Node, pod *corev1.Pod) error {
-	if Ready(n) {
+	if readiness.Node(n) {
 		return fmt.Errorf("refusing to delete pod %s/%s: node %s is Ready", pod.Namespace, pod.Name, n.Name)
 	}
 	if pod.Spec.NodeName != n.Name {
@@ -74,7 +68,7 @@ func DeleteStalePod(ctx context.Context, c client.Client, n *corev1.Node, pod *c
 // it was read (it came back, or was relabelled) is left alone and the next
 // reconcile looks again. n is updated in place on success.
 func RemoveLabel(ctx context.Context, c client.Client, n *corev1.Node, key string) error {
-	if Ready(n) {
+	if readiness.Node(n) {
 		return fmt.Errorf("refusing to remove label %s from node %s: it is Ready", key, n.Name)
 	}
 	if _, ok := n.Labels[key]; !ok {

@@ -12,6 +12,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/gpuhealth/gpuhealth/internal/readiness"
 )
 
 func TestReadiness(t *testing.T) {
@@ -39,7 +41,7 @@ func TestReadiness(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			g.Expect(Ready(tc.node)).To(Equal(tc.wantReady))
+			g.Expect(readiness.Node(tc.node)).To(Equal(tc.wantReady))
 			since, notReady := NotReadySince(tc.node)
 			g.Expect(notReady).To(Equal(tc.wantNotReady))
 			if notReady {
