@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -151,7 +150,10 @@ func (r *Reconciler) managedNodes(ctx context.Context, p *gpuhealthv1alpha1.Reme
 	// selected nodes are copied into the list.
 	sel, err := p.Selector()
 	if err != nil {
-		sel = labels.Nothing() // a selector that does not compile selects no node (see Selects)
+		// A selector that does not compile selects no node (see Selects).
+		// Not labels.Nothing(): a client that is not the cache sends it
+		// as the empty selector, which selects every node.
+		return map[string]map[string]string{}, nil //nolint:nilerr // a bad selector selects nothing, by design
 	}
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
