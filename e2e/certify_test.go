@@ -43,7 +43,7 @@ func hasTaint(n *corev1.Node, key string) bool {
 // two-step suite runs; an attempt whose second step fails keeps it out, the
 // next attempt passes, the taint goes and NodeHealth holds the certificate
 // with both steps' results.
-func testNewNodeHeldOutUntilCertified(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testNewNodeHeldOutUntilCertified(t *testing.T) {
 	g := NewWithT(t)
 	patchPolicy(t, `{"spec":{"certification":{"newNodes":true,"maxAttempts":5,"steps":`+kwokSuite("nccl-allreduce")+`}}}`)
 	defer patchPolicy(t, `{"spec":{"certification":{"newNodes":false,"steps":`+kwokStep+`}}}`)
@@ -87,7 +87,7 @@ func testNewNodeHeldOutUntilCertified(t *testing.T) { //nolint:thelper // a case
 // Indexed Job across the clique's healthy nodes passes: the first attempt
 // fails (kwok fails its pods) and the taint stays; the second passes and the
 // taint goes.
-func testCliqueCertificationGatesTheFabricTaint(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testCliqueCertificationGatesTheFabricTaint(t *testing.T) {
 	g := NewWithT(t)
 	cert := func(labels string) string {
 		return `{"spec":{"computeDomain":{"cliqueCertification":{"job":{"image":"registry.invalid/nccl:kwok","labels":` + labels +

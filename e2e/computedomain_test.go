@@ -41,7 +41,7 @@ const (
 // kwok run what it creates, and the real operator and monitors act. Two
 // domains share clique 0: train-a on gpu-node-0 and -1, train-b on
 // gpu-node-2 and -3, each node running one pod of its domain's workload.
-func testComputeDomains(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testComputeDomains(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = env.Cluster.Kubectl(ctx, "delete", "crd", computeDomainCRD, cliqueCRD, "--ignore-not-found")
 	})

@@ -30,7 +30,7 @@ import (
 // testXID79FullCycle: an XID 79 on one node takes it through quarantine,
 // drain (honouring the workload's PDB), the reboot step and
 // recertification back to Healthy, and the workload moves to a healthy node.
-func testXID79FullCycle(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testXID79FullCycle(t *testing.T) {
 	g := NewWithT(t)
 	// Two replicas that each take a whole node's GPUs, preferring gpu-node-0
 	// and gpu-node-3; gpu-node-4 is where a replacement can go.
@@ -85,7 +85,7 @@ func testXID79FullCycle(t *testing.T) { //nolint:thelper // a case of TestE2E (c
 // With the default policy (rule nvlink-error-rate: quarantine after three
 // threshold crossings within ten minutes) one burst is recorded, not acted
 // on; the finding resolves when the rate drops.
-func testNVLinkCRCBurst(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testNVLinkCRCBurst(t *testing.T) {
 	g := NewWithT(t)
 	inject(t, "gpu-node-1", fmt.Sprintf("nvlink device=2 link=5 counter=crc_flit rate=5000 from=%s for=6s", fakenvml.At(time.Now())))
 	link := event("gpu-node-1", gpuhealthv1alpha1.CheckNVLinkErrors, framework.GPUUUID(1, 2)+"/link-5", "CRC_FLIT")
@@ -102,7 +102,7 @@ func testNVLinkCRCBurst(t *testing.T) { //nolint:thelper // a case of TestE2E (c
 // testRecertificationFailsTwice: recertification Jobs that fail (the kwok
 // stage fails Job pods labelled gpuhealth.dev/e2e-fail=true) leave the node
 // Failed and cordoned after maxAttempts (2); a manual release returns it.
-func testRecertificationFailsTwice(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testRecertificationFailsTwice(t *testing.T) {
 	g := NewWithT(t)
 	failing := `{"spec":{"recertification":{"steps":[{"name":"recertify","job":{"image":"registry.invalid/recertify:kwok","labels":{"gpuhealth.dev/e2e-fail":"true"}},"timeout":"2m","parser":{"type":"exit-code"}}]}}}`
 	passing := `{"spec":{"recertification":{"steps":` + kwokStep + `}}}`
@@ -124,7 +124,7 @@ func testRecertificationFailsTwice(t *testing.T) { //nolint:thelper // a case of
 // testOperatorKilledMidDrain: the operator is SIGKILLed while a PDB blocks
 // the drain; the restarted operator (after taking over the leader Lease)
 // finishes the cycle with no duplicate Jobs.
-func testOperatorKilledMidDrain(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testOperatorKilledMidDrain(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(framework.CreateWorkload(ctx, env.Cluster, framework.Workload{
 		Namespace: "ml", Name: "pinned", Replicas: 1, Allowed: []string{"gpu-node-3"}, GPUs: -1, MinAvailable: ptr.To[int32](1),
@@ -152,7 +152,7 @@ func testOperatorKilledMidDrain(t *testing.T) { //nolint:thelper // a case of Te
 // testMonitorRestartDuringOutage: with the kube-apiserver stopped, a finding
 // is made and the monitor restarted; when the apiserver is back, the finding
 // arrives, once.
-func testMonitorRestartDuringOutage(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testMonitorRestartDuringOutage(t *testing.T) {
 	g := NewWithT(t)
 	const n = "gpu-node-4"
 	restart, err := env.Cluster.StopAPIServer(ctx)
@@ -179,7 +179,7 @@ func testMonitorRestartDuringOutage(t *testing.T) { //nolint:thelper // a case o
 
 // testMonitorMayOnlyWriteItsOwnNode: a monitor token bound to gpu-node-0's
 // DaemonSet pod may write events about gpu-node-0 and not about gpu-node-1.
-func testMonitorMayOnlyWriteItsOwnNode(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testMonitorMayOnlyWriteItsOwnNode(t *testing.T) {
 	g := NewWithT(t)
 	cfg, err := clientcmd.BuildConfigFromFlags("", monitorKubeconfig("gpu-node-0"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -202,7 +202,7 @@ func testMonitorMayOnlyWriteItsOwnNode(t *testing.T) { //nolint:thelper // a cas
 // testBudgetDrainsOneAtATime: with maxUnavailable 1, three nodes faulted at
 // once are all cordoned at once, drained and recertified one at a time, and
 // all come back.
-func testBudgetDrainsOneAtATime(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testBudgetDrainsOneAtATime(t *testing.T) {
 	g := NewWithT(t)
 	patchPolicy(t, `{"spec":{"budgets":{"maxUnavailable":1}}}`)
 	defer patchPolicy(t, `{"spec":{"budgets":{"maxUnavailable":"10%"}}}`)
@@ -261,7 +261,7 @@ func testBudgetDrainsOneAtATime(t *testing.T) { //nolint:thelper // a case of Te
 // testBadInputIsRejected: kubectl rejects a malformed policy and a
 // hand-written event with an invalid code, with a clear message; the
 // operator keeps running.
-func testBadInputIsRejected(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testBadInputIsRejected(t *testing.T) {
 	g := NewWithT(t)
 	_, err := env.Cluster.Kubectl(ctx, "apply", "-f", "e2e/testdata/bad-policy.yaml")
 	g.Expect(err).To(HaveOccurred())

@@ -26,7 +26,7 @@ import (
 // left alone. The faulty node itself is quarantined and goes through its
 // cycle. When the fabric is healthy again the taints go and every node is
 // back in service.
-func testFabricFaultTaintsTheClique(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testFabricFaultTaintsTheClique(t *testing.T) {
 	g := NewWithT(t)
 	clique := []string{"gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"}
 	for _, n := range append(clique, "gpu-node-4") {

@@ -79,7 +79,7 @@ func request(t *testing.T, node, action, id, reason string) {
 // 10% of 5 nodes = 1): one drains and is held in Maintenance, the other
 // waits for the budget; goodput counts both as planned downtime. The first
 // returns through recertification, the second then drains and is released.
-func testMaintenanceDrainedUnderBudgetAndReturned(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testMaintenanceDrainedUnderBudgetAndReturned(t *testing.T) {
 	g := NewWithT(t)
 	g.Eventually(goodput).Should(Equal(1.0), "every node in service before")
 	repairs := sum(operatorSamples(g, "gpuhealth_node_repair_duration_seconds_count"))
@@ -168,7 +168,7 @@ func helmSet(t *testing.T, set ...string) {
 // NodeHealth, its status shown). All the while the node's GPUHealthy
 // condition keeps the lastTransitionTime of when it turned False, as tools
 // that act on conditions (Karpenter's node repair) need.
-func testHandOffs(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testHandOffs(t *testing.T) {
 	g := NewWithT(t)
 	const name = "gpu-node-2"
 	g.Expect(applyJSON(standInCRD(machineGVK, "machines"))).To(Succeed())
@@ -272,7 +272,7 @@ func gpuHealthy(g Gomega, name string) corev1.NodeCondition {
 // restarted operator finished recertified, HandOffs' failed — the phases
 // they passed through in the phase-duration histogram, and maintenance is
 // no repair.
-func testRepairMetricsAfterTheCycles(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testRepairMetricsAfterTheCycles(t *testing.T) {
 	g := NewWithT(t)
 	const repair = "gpuhealth_node_repair_duration_seconds_count"
 	g.Expect(sum(operatorSamples(g, repair, `action="RebootNode"`, `outcome="recertified"`))).To(BeNumerically(">=", 1), "the cycle OperatorKilledMidDrain finished after the restart")

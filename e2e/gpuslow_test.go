@@ -22,7 +22,7 @@ import (
 // minutes) quarantines the node, which is drained and recertified and
 // returns once the throttle has ended and the finding resolved. The other
 // GPUs idle at PCIe gen 1, which is no finding.
-func testThrottledGPUCycle(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testThrottledGPUCycle(t *testing.T) {
 	g := NewWithT(t)
 	// gpu-node-4: the ComputeDomain cases kill gpu-node-3, whose monitor's
 	// token (bound to its DaemonSet pod) then no longer authenticates.

@@ -27,7 +27,7 @@ import (
 // Every metric an alert names must be exported (or recorded from exported
 // ones) by now, and every dashboard query must return data, except the few
 // that need an event the suite does not cause.
-func testShippedQueriesReadTheRealMetrics(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testShippedQueriesReadTheRealMetrics(t *testing.T) {
 	// Polled: a metric a controller publishes on its first pass may be a
 	// scrape away.
 	NewWithT(t).Eventually(func(g Gomega) { queriesReadMetrics(t, g) }).WithTimeout(time.Minute).WithPolling(5 * time.Second).Should(Succeed())

@@ -15,7 +15,7 @@ import (
 // testKubectlPlugin runs kubectl gpuhealth the way users do: the plugin
 // binary on PATH, found and run by a real kubectl, against the suite's
 // cluster and running operator.
-func testKubectlPlugin(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testKubectlPlugin(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()
 	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "kubectl-gpuhealth"), "./cmd/kubectl-gpuhealth")

@@ -89,7 +89,7 @@ func runContainer(t *testing.T, name string, args ...string) {
 // operator, which stops meanwhile, and reconciles a new node); the
 // monitor's with the fake NVML library mounted (its dlopen inside the
 // image's glibc base), whose finding arrives.
-func testImagesRun(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testImagesRun(t *testing.T) {
 	tag := os.Getenv(imageTagEnv)
 	if tag == "" {
 		t.Skipf("%s is not set: make e2e builds the images (make image) and sets it", imageTagEnv)
@@ -178,7 +178,7 @@ func testImagesRun(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_
 // release, and keeps every NodeHealth and finding; helm uninstall leaves
 // nothing of gpuhealth but its CRDs, their objects (the NodeHealths) and
 // the policy.
-func testHelmUpgradeAndUninstall(t *testing.T) { //nolint:thelper // a case of TestE2E (cases_test.go), not a helper
+func testHelmUpgradeAndUninstall(t *testing.T) {
 	g := NewWithT(t)
 	c := env.Cluster.Client
 	// The suite's nodes' NodeHealths (a node another case added and

@@ -43,7 +43,7 @@ import (
 // passing; and the token the kubelet projected into it names its node to
 // the admission policy: it may write findings about gpu-real-0 and not
 // about another node.
-func testInstalled(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
+func testInstalled(t *testing.T) {
 	g := NewWithT(t)
 	operators := operatorPods(g)
 	g.Expect(operators).To(HaveLen(2))
@@ -89,7 +89,7 @@ func testInstalled(t *testing.T) { //nolint:thelper // a case of TestRealNode (c
 // /dev/kmsg's record format) is read by the privileged monitor container
 // and becomes a finding of the kmsg source. XID 13 (a graphics engine
 // exception, usually the application's) quarantines only when repeated.
-func testKernelLogXID(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
+func testKernelLogXID(t *testing.T) {
 	g := NewWithT(t)
 	b, err := os.ReadFile("/proc/uptime")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -120,7 +120,7 @@ func testKernelLogXID(t *testing.T) { //nolint:thelper // a case of TestRealNode
 // replacements run on a fake node), run the GPU reset and the
 // recertification as real containers that exit 0, and return the node to
 // service.
-func testXIDCycle(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
+func testXIDCycle(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(framework.CreateWorkload(ctx, env.Cluster, framework.Workload{
 		Namespace: "ml", Name: "trainer", Replicas: 2, GPUs: -1,
@@ -195,7 +195,7 @@ func testXIDCycle(t *testing.T) { //nolint:thelper // a case of TestRealNode (ca
 // testLeaderFailover: the leader's pod deleted with kubectl while a cycle
 // runs its GPU reset; the other replica takes the Lease and finishes the
 // cycle, with one reset Job and one recertification Job.
-func testLeaderFailover(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
+func testLeaderFailover(t *testing.T) {
 	g := NewWithT(t)
 	first := leader(g)
 	g.Expect(first).NotTo(BeEmpty())
@@ -228,7 +228,7 @@ func testLeaderFailover(t *testing.T) { //nolint:thelper // a case of TestRealNo
 // testBudgetAcrossRealAndFakeNodes: with maxUnavailable 1, a fault on the
 // real node and one on a fake node at once: both cordoned at once, never
 // both out of service, both back.
-func testBudgetAcrossRealAndFakeNodes(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
+func testBudgetAcrossRealAndFakeNodes(t *testing.T) {
 	g := NewWithT(t)
 	// A fake node's pods print nothing (kwok runs no container), so for
 	// this case the suite is judged by exit codes on both nodes.
@@ -259,7 +259,7 @@ func testBudgetAcrossRealAndFakeNodes(t *testing.T) { //nolint:thelper // a case
 // stop); the kubelet restarts it without the apiserver, the restarted agent
 // finds the findings in its hostPath spool, and once the apiserver is back
 // they arrive: one NodeHealthEvent with count 3.
-func testMonitorRestartDuringOutage(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
+func testMonitorRestartDuringOutage(t *testing.T) {
 	g := NewWithT(t)
 	mon := monitorPod(g)
 	uuid := framework.GPUUUID(realIndex, 2)
@@ -311,7 +311,7 @@ func testMonitorRestartDuringOutage(t *testing.T) { //nolint:thelper // a case o
 // runs as real containers, the operator reads the DCGM JSON and the NCCL
 // report from their logs through the apiserver and the kubelet, and the
 // node returns with a certificate holding both steps' measurements.
-func testCertifyOnRequest(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
+func testCertifyOnRequest(t *testing.T) {
 	g := NewWithT(t)
 	g.Eventually(phase(env.Node), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	kubectl(t, "label", "node", env.Node, gpuhealthv1alpha1.CertifyLabel+"=e2e-1", "--overwrite")
@@ -340,7 +340,7 @@ func testCertifyOnRequest(t *testing.T) { //nolint:thelper // a case of TestReal
 // recertification attempt fails with the numbers and the node goes back to
 // quarantine; with the report back at 400 GB/s the next attempt passes and
 // the node returns, recertified.
-func testRecertificationFailsOnLowBandwidth(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
+func testRecertificationFailsOnLowBandwidth(t *testing.T) {
 	g := NewWithT(t)
 	g.Eventually(phase(env.Node), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	patch := func(busbw float64) {
@@ -382,7 +382,7 @@ func testRecertificationFailsOnLowBandwidth(t *testing.T) { //nolint:thelper // 
 // rolls both workloads (new operator pods, a new monitor pod) and keeps
 // every finding and NodeHealth; helm uninstall leaves no pod, RBAC or
 // admission policy of gpuhealth's.
-func testHelmUpgradeAndUninstall(t *testing.T) { //nolint:thelper // a case of TestRealNode (cases_test.go), not a helper
+func testHelmUpgradeAndUninstall(t *testing.T) {
 	g := NewWithT(t)
 	c := env.Cluster.Client
 	uids := func(g Gomega) (findings, nodeHealths []types.UID) {
