@@ -122,12 +122,23 @@ FUZZ_TARGETS := api/xid:FuzzLookup monitors/kmsg:FuzzParse monitors/imex:FuzzPar
 	monitors/imex:FuzzParseDomainStatus monitors/fakenvml:FuzzParseScenario monitors/agent:FuzzParseConfig \
 	remediation/suite:FuzzParseNCCLTests remediation/suite:FuzzParseDCGMDiag
 FUZZTIME ?= 3s
+# make fuzz keeps one instrumented test binary per package here: a package
+# with two targets is linked once, and a later run relinks only what changed.
+FUZZ_BIN ?= $(OUTPUT)/fuzz
+FUZZ_PKGS := $(sort $(foreach t,$(FUZZ_TARGETS),$(firstword $(subst :, ,$(t)))))
 
 .PHONY: fuzz
 fuzz: ## Run every parser's fuzz target briefly (FUZZTIME each; longer: make fuzz FUZZTIME=5m).
-	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	@# go test -c -fuzz builds the binary go test -fuzz would (every
+	@# package instrumented); it is run as go test runs it: in the package's
+	@# folder, with the fuzz cache go test uses (new inputs land there).
+	@mkdir -p $(FUZZ_BIN); cache=$$(go env GOCACHE)/fuzz; mod=$$(go list -m); \
+	for pkg in $(FUZZ_PKGS); do \
+	  go test -c -fuzz . -o $(FUZZ_BIN)/$${pkg//\//_}.test ./$$pkg; done; \
+	for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
-	  go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; done
+	  (cd $$pkg && $(FUZZ_BIN)/$${pkg//\//_}.test -test.run '^$$' -test.fuzz "^$$fn\$$" -test.fuzztime $(FUZZTIME) \
+	    -test.fuzzcachedir "$$cache/$$mod/$$pkg" -test.paniconexit0 -test.timeout 10m) || exit 1; done
 
 .PHONY: e2e
 e2e: controlplane $(HELM) image ## End-to-end suite: the real binaries on a local kwok cluster, installed with the chart, and the images (GPUHEALTH_E2E_KEEP=1 keeps the logs); records the operator's metrics in E2E_METRICS for dashboard-png.
