@@ -23,6 +23,7 @@ COPY cmd/ cmd/
 COPY controllers/ controllers/
 COPY remediation/ remediation/
 COPY monitors/ monitors/
+COPY internal/ internal/
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/gpuhealth-operator ./cmd/gpuhealth-operator
 RUN CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" go build -trimpath -ldflags="-s -w" -o /out/gpuhealth-monitor ./cmd/gpuhealth-monitor
 
