@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,28 +105,29 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		}
 	}
 	o.Log("creating %d fake GPU nodes", o.Nodes)
+	start = time.Now()
+	// All created first, then one wait: kwok readies them together.
 	for i := range o.Nodes {
 		name := fmt.Sprintf("gpu-node-%d", i)
-		if err := e.Cluster.AddFakeNode(ctx, name, i/4); err != nil {
+		if err := e.Cluster.createFakeNode(ctx, name, i/4); err != nil {
 			return e, err
 		}
 		e.Nodes = append(e.Nodes, name)
 	}
+	if err := e.Cluster.waitNodesReady(ctx, e.Nodes); err != nil {
+		return e, err
+	}
+	o.Log("%d nodes Ready after %s", len(e.Nodes), time.Since(start).Round(time.Millisecond))
 	monitored := e.Nodes
 	if o.MonitorNodes > 0 && o.MonitorNodes < len(e.Nodes) {
 		monitored = e.Nodes[:o.MonitorNodes]
 	}
 	o.Log("starting a gpuhealth-monitor on %d nodes (fake NVML, token bound to the node's DaemonSet pod)", len(monitored))
-	for i, n := range monitored {
-		m, err := NewMonitorWith(ctx, e.Cluster, e.Bins, o.Dir, n, Scenario(i), MonitorOptions{KernelLog: o.KernelLog})
-		if err != nil {
-			return e, err
-		}
-		e.Monitors[n] = m
-		if err := m.Start(ctx); err != nil {
-			return e, err
-		}
+	start = time.Now()
+	if err := e.startMonitors(ctx, monitored); err != nil {
+		return e, err
 	}
+	o.Log("%d monitors ready after %s", len(monitored), time.Since(start).Round(time.Millisecond))
 	o.Log("starting gpuhealth-operator as its service account")
 	if e.Operator, err = NewOperator(ctx, e.Cluster, e.Bins.Operator, o.Dir, o.OperatorArgs...); err != nil {
 		return e, err
@@ -156,9 +158,48 @@ func Scenario(i int) string {
 	return b.String()
 }
 
+// startMonitors starts the monitors of nodes (node i of e.Nodes gets
+// Scenario(i)) side by side, each waiting for its DaemonSet pod and then
+// its /readyz; every one that was made is in e.Monitors, for Teardown,
+// also when another failed.
+func (e *Env) startMonitors(ctx context.Context, nodes []string) error {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+	)
+	for i, n := range nodes {
+		wg.Go(func() {
+			m, err := NewMonitorWith(ctx, e.Cluster, e.Bins, e.Dir, n, Scenario(i), MonitorOptions{KernelLog: e.KernelLog})
+			if err == nil {
+				mu.Lock()
+				e.Monitors[n] = m
+				mu.Unlock()
+				err = m.Start(ctx)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("monitor on %s: %w", n, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // AddFakeNode registers a kwok-managed fake GPU node (eight GPUs, in NVLink
 // clique clique) and waits until it is Ready.
 func (c *Cluster) AddFakeNode(ctx context.Context, name string, clique int) error {
+	if err := c.createFakeNode(ctx, name, clique); err != nil {
+		return err
+	}
+	return c.waitNodesReady(ctx, []string{name})
+}
+
+// createFakeNode creates a kwok-managed fake GPU node (eight GPUs, in
+// NVLink clique clique) without waiting for it.
+func (c *Cluster) createFakeNode(ctx context.Context, name string, clique int) error {
 	q := resource.MustParse
 	res := corev1.ResourceList{corev1.ResourceCPU: q("96"), corev1.ResourceMemory: q("1Ti"), corev1.ResourcePods: q("110"), GPUResource: q("8")}
 	n := &corev1.Node{
@@ -175,24 +216,46 @@ func (c *Cluster) AddFakeNode(ctx context.Context, name string, clique int) erro
 	if err := c.Client.Create(ctx, n); err != nil {
 		return fmt.Errorf("creating node %s: %w", name, err)
 	}
-	return Poll(ctx, time.Minute, func() (bool, string) {
-		var got corev1.Node
-		if err := c.Client.Get(ctx, types.NamespacedName{Name: name}, &got); err != nil {
+	return nil
+}
+
+// waitNodesReady waits until every node of names is Ready (a minute, and
+// a second more per ten nodes).
+func (c *Cluster) waitNodesReady(ctx context.Context, names []string) error {
+	return Poll(ctx, time.Minute+time.Duration(len(names))*100*time.Millisecond, func() (bool, string) {
+		var list corev1.NodeList
+		if err := c.Client.List(ctx, &list); err != nil {
 			return false, err.Error()
 		}
-		return nodeReady(&got), "node " + name + " not Ready yet"
+		ready := map[string]bool{}
+		for i := range list.Items {
+			ready[list.Items[i].Name] = nodeReady(&list.Items[i])
+		}
+		var not []string
+		for _, n := range names {
+			if !ready[n] {
+				not = append(not, n)
+			}
+		}
+		if len(not) == 0 {
+			return true, ""
+		}
+		return false, fmt.Sprintf("%d of %d nodes not Ready yet (%s …)", len(not), len(names), not[0])
 	})
 }
 
 // Teardown stops the processes, copies the cluster's component logs next to
 // ours when keepLogs, and deletes the cluster.
 func (e *Env) Teardown(ctx context.Context, keepLogs bool) error {
+	// Side by side: each may take its grace period to exit.
+	var wg sync.WaitGroup
 	if e.Operator != nil {
-		e.Operator.Stop()
+		wg.Go(e.Operator.Stop)
 	}
 	for _, m := range e.Monitors {
-		m.Stop()
+		wg.Go(m.Stop)
 	}
+	wg.Wait()
 	if e.Cluster == nil {
 		return nil
 	}

@@ -29,19 +29,29 @@ type Binaries struct {
 }
 
 // Build compiles gpuhealth-operator, gpuhealth-monitor and the fake NVML
-// library into dir.
+// library into dir: the two programs in one go build, which shares the
+// compile of their common packages and links them side by side, while gcc
+// builds the library.
 func Build(ctx context.Context, root, dir string) (Binaries, error) {
 	b := Binaries{Operator: filepath.Join(dir, "gpuhealth-operator"), Monitor: filepath.Join(dir, "gpuhealth-monitor")}
-	for out, pkg := range map[string]string{b.Operator: "./cmd/gpuhealth-operator", b.Monitor: "./cmd/gpuhealth-monitor"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-		cmd.Dir = root
-		if o, err := cmd.CombinedOutput(); err != nil {
-			return b, fmt.Errorf("building %s: %w\n%s", pkg, err, tail(o))
-		}
+	type built struct {
+		lib string
+		err error
 	}
-	lib, err := fakenvml.Build(dir)
-	b.FakeNVML = lib
-	return b, err
+	nvml := make(chan built, 1)
+	go func() {
+		lib, err := fakenvml.Build(dir)
+		nvml <- built{lib, err}
+	}()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), "./cmd/gpuhealth-operator", "./cmd/gpuhealth-monitor")
+	cmd.Dir = root
+	o, err := cmd.CombinedOutput()
+	lib := <-nvml
+	b.FakeNVML = lib.lib
+	if err != nil {
+		return b, fmt.Errorf("building gpuhealth-operator and gpuhealth-monitor: %w\n%s", err, tail(o))
+	}
+	return b, lib.err
 }
 
 // Process is one of our binaries running on the host.
