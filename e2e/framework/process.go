@@ -140,14 +140,23 @@ func (p *Process) WaitReady(ctx context.Context, timeout time.Duration) error {
 	p.mu.Lock()
 	done := p.done
 	p.mu.Unlock()
-	return Poll(ctx, timeout, func() (bool, string) {
+	// A process that exited will not become ready: say so at once
+	// instead of when timeout ends (the operator exits when it cannot
+	// reach the apiserver, and a caller restarting it retries sooner).
+	var exited error
+	err := Poll(ctx, timeout, func() (bool, string) {
 		select {
 		case <-done:
-			return false, fmt.Sprintf("%s exited; see %s", p.Name, p.LogPath)
+			exited = fmt.Errorf("%s exited; see %s", p.Name, p.LogPath)
+			return true, ""
 		default:
 		}
 		return Ready(p.Health)
 	})
+	if exited != nil {
+		return exited
+	}
+	return err
 }
 
 // Ready asks the /readyz at addr (host:port) once: ready, or why not.

@@ -38,6 +38,9 @@ type replica struct {
 	// killed is set when the soak killed it, until it runs again.
 	killed   bool
 	starting bool
+	// failing is set while starts fail (the apiserver is away), so that
+	// the first failure of a streak is logged, not each retry.
+	failing bool
 }
 
 // monitor is one node's monitor process and what the soak did to it.
@@ -48,6 +51,7 @@ type monitor struct {
 	holdUntil time.Time
 	killed    bool
 	starting  bool
+	failing   bool
 	// readyAt: injections wait until the process has run a moment (NVML
 	// delivers only what happens after it initialised).
 	readyAt time.Time
@@ -184,11 +188,13 @@ func (c *chaos) startReplica(ctx context.Context, r *replica) {
 	defer c.mu.Unlock()
 	r.starting = false
 	if err != nil {
-		if ctx.Err() == nil {
-			logf("starting operator %s again: %v (retrying)", r.name, err)
+		if ctx.Err() == nil && !r.failing {
+			logf("starting operator %s again: %v (retrying every second)", r.name, err)
 		}
+		r.failing = true
 		return
 	}
+	r.failing = false
 	c.n.operatorRestarts++
 	if !r.killed {
 		c.n.operatorExits++
@@ -203,11 +209,13 @@ func (c *chaos) startMonitor(ctx context.Context, m *monitor) {
 	defer c.mu.Unlock()
 	m.starting = false
 	if err != nil {
-		if ctx.Err() == nil {
-			logf("starting the monitor on %s again: %v (retrying)", m.m.Node, err)
+		if ctx.Err() == nil && !m.failing {
+			logf("starting the monitor on %s again: %v (retrying every second)", m.m.Node, err)
 		}
+		m.failing = true
 		return
 	}
+	m.failing = false
 	c.n.monitorRestarts++
 	if !m.killed {
 		logf("the monitor on %s had exited by itself (see %s); started again", m.m.Node, m.m.LogPath)
