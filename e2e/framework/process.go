@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuhealth/gpuhealth/monitors/fakenvml"
 )
@@ -269,6 +270,11 @@ func NewMonitor(ctx context.Context, c *Cluster, b Binaries, dir, node, scenario
 	return NewMonitorWith(ctx, c, b, dir, node, scenario, MonitorOptions{})
 }
 
+// stuckPending is how long a monitor pod may stay Pending before
+// NewMonitorWith takes kwok to have missed it; kwok runs one within a
+// second or two.
+const stuckPending = 20 * time.Second
+
 // NewMonitorWith is NewMonitor with options.
 func NewMonitorWith(ctx context.Context, c *Cluster, b Binaries, dir, node, scenario string, o MonitorOptions) (*Monitor, error) {
 	var pod string
@@ -283,6 +289,16 @@ func NewMonitorWith(ctx context.Context, c *Cluster, b Binaries, dir, node, scen
 			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
 				pod = p.Name
 				return true, ""
+			}
+		}
+		// kwok now and then misses a pod the DaemonSet controller created
+		// the moment the node appeared, before kwok took the node up: it
+		// stays Pending for good (2 of 200 in one soak setup). Deleted at
+		// once (kwok would never finish a graceful deletion), it is created
+		// again, and kwok runs the new one.
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodPending && p.DeletionTimestamp == nil && time.Since(p.CreationTimestamp.Time) > stuckPending {
+				_ = c.Clientset.CoreV1().Pods(Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 			}
 		}
 		return false, fmt.Sprintf("no running gpuhealth-monitor pod on %s yet (%d pods)", node, len(pods.Items))
