@@ -679,10 +679,15 @@ func (c *chaos) killLeader(ctx context.Context) {
 	logf("SIGKILLed the leader, operator %s (Lease holder %s)", r.name, holder)
 }
 
-// outage stops the kube-apiserver for 10–60 s; meanwhile the monitors get
-// faults, which wait in their spools.
+// minOutage is the shortest apiserver outage: longer than the operator's
+// leader election renew deadline (10 s), so that the leader can lose its
+// Lease.
+const minOutage = 10 * time.Second
+
+// outage stops the kube-apiserver for minOutage to -outage-max; meanwhile
+// the monitors get faults, which wait in their spools.
 func (c *chaos) outage(ctx context.Context) error {
-	down := between(c.rng, 10*time.Second, 60*time.Second)
+	down := between(c.rng, minOutage, c.opts.outageMax)
 	restart, err := c.env.Cluster.StopAPIServer(ctx)
 	if err != nil {
 		return fmt.Errorf("stopping the apiserver: %w", err)

@@ -4,9 +4,9 @@
 // checker watching throughout. It is a benchmark-style program, not a go
 // test:
 //
-//	go run ./hack/soak                  # 30 minutes, 200 nodes
-//	go run ./hack/soak -duration 2m     # the smoke make soak-smoke runs
-//	go run ./hack/soak -seed 42         # replay a run's choices
+//	go run ./hack/soak                                # 30 minutes, 200 nodes
+//	go run ./hack/soak -duration 90s -outage-max 30s  # the smoke make soak-smoke runs
+//	go run ./hack/soak -seed 42                       # replay a run's choices
 //
 // What it does: e2e/framework creates the cluster, installs the chart,
 // patches the default policy's durations down to seconds (as the e2e suite
@@ -26,7 +26,8 @@
 //   - a human uncordoning a node gpuhealth took out of service;
 //   - policy edits (budgets, soak window);
 //   - the leader replica SIGKILLed (found through the Lease), restarted;
-//   - the kube-apiserver stopped for 10–60 s (monitors spool meanwhile);
+//   - the kube-apiserver stopped for 10 s to -outage-max (60 s) (monitors
+//     spool meanwhile);
 //   - a monitor SIGKILLed in the middle of a burst of kernel-log XIDs.
 //
 // The invariants (a breach fails the run, exit status 1, naming the node,
@@ -75,6 +76,7 @@ type options struct {
 	maxGap       time.Duration
 	leaderEvery  time.Duration
 	outageEvery  time.Duration
+	outageMax    time.Duration
 	monitorEvery time.Duration
 }
 
@@ -90,7 +92,8 @@ func main() {
 	flag.DurationVar(&o.minGap, "min-gap", 500*time.Millisecond, "Shortest pause between two random actions.")
 	flag.DurationVar(&o.maxGap, "max-gap", 2500*time.Millisecond, "Longest pause between two random actions.")
 	flag.DurationVar(&o.leaderEvery, "leader-kill-every", 4*time.Minute, "Mean time between two leader kills (the first comes within the first third of the run).")
-	flag.DurationVar(&o.outageEvery, "outage-every", 6*time.Minute, "Mean time between two apiserver outages (the first comes around the run's middle).")
+	flag.DurationVar(&o.outageEvery, "outage-every", 6*time.Minute, "Mean time between two apiserver outages (the first 30-45% into the run).")
+	flag.DurationVar(&o.outageMax, "outage-max", time.Minute, "Longest apiserver outage (each lasts from 10 s, longer than the operator's 10 s renew deadline, to this).")
 	flag.DurationVar(&o.monitorEvery, "monitor-kill-every", 3*time.Minute, "Mean time between two monitor kills mid-burst (the first within the first third).")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: go run ./hack/soak [flags]\n\nChaos soak of gpuhealth on a local kwok cluster, with invariant checks.\n\n")
@@ -102,8 +105,8 @@ func main() {
 		os.Exit(2)
 	}
 	if o.duration <= 0 || o.nodes < 8 || o.monitors < 1 || o.monitors >= o.nodes || o.settle <= 0 ||
-		o.minGap <= 0 || o.maxGap <= o.minGap || o.leaderEvery <= 0 || o.outageEvery <= 0 || o.monitorEvery <= 0 {
-		fmt.Fprintln(os.Stderr, "soak: -duration, -settle and the intervals must be positive, -max-gap above -min-gap, -nodes at least 8 and -monitors between 1 and -nodes-1")
+		o.minGap <= 0 || o.maxGap <= o.minGap || o.leaderEvery <= 0 || o.outageEvery <= 0 || o.monitorEvery <= 0 || o.outageMax <= minOutage {
+		fmt.Fprintln(os.Stderr, "soak: -duration, -settle and the intervals must be positive, -max-gap above -min-gap, -outage-max above 10s, -nodes at least 8 and -monitors between 1 and -nodes-1")
 		os.Exit(2)
 	}
 	// The soak's own watches retry through the outages it causes; their

@@ -252,7 +252,11 @@ func (c *chaos) loop(ctx context.Context, o options) error {
 	next := func(mean time.Duration) time.Time {
 		return time.Now().Add(between(c.rng, mean/2, mean*3/2))
 	}
-	nextLeader, nextMonitor, nextOutage := frac(0.1, 0.3), frac(0.15, 0.35), frac(0.4, 0.6)
+	// The first outage comes early enough that the cluster's own
+	// controllers, whose watches back off for up to 30 s while the
+	// apiserver is away, have caught up before the chaos ends: the settle
+	// then waits for gpuhealth, not for them.
+	nextLeader, nextMonitor, nextOutage := frac(0.1, 0.3), frac(0.15, 0.35), frac(0.3, 0.45)
 	c.coverAfter = start.Add(o.duration / 3)
 	lastReport := time.Now()
 	for time.Now().Before(end) {
