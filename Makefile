@@ -142,7 +142,7 @@ fuzz: ## Run every parser's fuzz target briefly (FUZZTIME each; longer: make fuz
 
 .PHONY: e2e
 e2e: controlplane $(HELM) image ## End-to-end suite: the real binaries on a local kwok cluster, installed with the chart, and the images (GPUHEALTH_E2E_KEEP=1 keeps the logs); records the operator's metrics in E2E_METRICS for dashboard-png.
-	HELM=$(HELM) GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) GPUHEALTH_E2E_METRICS=$(E2E_METRICS) go test -tags e2e -count=1 -timeout 25m ./e2e/
+	HELM=$(HELM) GPUHEALTH_IMAGE_TAG=$(IMAGE_TAG) GPUHEALTH_E2E_METRICS=$(E2E_METRICS) go test -tags e2e -count=1 -v -timeout 25m ./e2e/
 
 .PHONY: e2e-node
 e2e-node: controlplane $(HELM) image ## Real-node tier: a kubelet with containerd on this machine (hack/realnode.sh), the chart installed, real pods (GPUHEALTH_E2E_KEEP=1 keeps the node up).
