@@ -26,6 +26,12 @@ tag=${IMAGE_TAG:-dev}
 bases=${IMAGE_BASES:-local}
 cache=${GPUHEALTH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuhealth}/images
 log() { echo "[image] $*" >&2; }
+# timed WHAT CMD…: runs CMD and logs how long it took.
+timed() {
+  local what=$1 start=$SECONDS; shift
+  "$@"
+  log "$what: $((SECONDS - start))s"
+}
 
 if ! command -v podman >/dev/null || ! command -v debootstrap >/dev/null || ! command -v runc >/dev/null; then
   log "installing podman, buildah, runc and debootstrap with apt-get"
@@ -44,6 +50,7 @@ if [ "$bases" = local ]; then
   mkdir -p "$cache"
   if ! podman image exists "$glibc"; then
     log "making $glibc with debootstrap --variant=minbase bookworm (once; cached by podman)"
+    t0=$SECONDS
     root=$(mktemp -d "$cache/rootfs.XXXXXX")
     trap 'rm -rf "$root"' EXIT
     debootstrap --variant=minbase bookworm "$root" >"$cache/debootstrap.log" 2>&1 ||
@@ -52,11 +59,14 @@ if [ "$bases" = local ]; then
     tar -C "$root" -c . | podman import --change 'CMD ["/bin/sh"]' - "$glibc" >/dev/null
     rm -rf "$root"
     trap - EXIT
+    log "made $glibc in $((SECONDS - t0))s"
   fi
   if ! podman image exists "$builder"; then
     log "making $builder (gcc, libc6-dev; Go comes from the host)"
+    t0=$SECONDS
     printf 'FROM %s\nRUN apt-get update -q && apt-get install -y -q --no-install-recommends gcc libc6-dev ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*\nENV PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin GOPATH=/go GOTOOLCHAIN=local GOFLAGS=-buildvcs=false\n' "$glibc" |
       podman build -q -t "$builder" -f - "$cache" >/dev/null
+    log "made $builder in $((SECONDS - t0))s"
   fi
   if ! podman image exists "$static"; then
     log "making $static"
@@ -75,6 +85,7 @@ fi
 
 for target in operator monitor; do
   log "building localhost/gpuhealth-$target:$tag (--target $target)"
-  podman build -q --target "$target" -t "localhost/gpuhealth-$target:$tag" "${build_args[@]}" "${volumes[@]}" . >/dev/null
+  timed "built localhost/gpuhealth-$target:$tag" \
+    podman build -q --target "$target" -t "localhost/gpuhealth-$target:$tag" "${build_args[@]}" "${volumes[@]}" . >/dev/null
 done
 podman images --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' --filter "reference=localhost/gpuhealth-operator:$tag" --filter "reference=localhost/gpuhealth-monitor:$tag"
