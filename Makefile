@@ -112,9 +112,16 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 controlplane: ## Build (or find cached) kube-apiserver, etcd, kwok and friends.
 	hack/controlplane.sh >/dev/null
 
+# How many packages make unit builds and tests at once. go test's default
+# is the CPU count, and a running test package holds its slot: on 2 cores
+# two packages waiting on their envtest apiserver or their own timers kept
+# the compiler and the other packages idle. With 4, 232 s went to 193 s
+# on an otherwise idle 2-core machine.
+UNIT_PARALLEL ?= 4
+
 .PHONY: unit
 unit: controlplane $(HELM) ## Run unit and envtest suites (the chart's tests run helm).
-	HELM=$(HELM) KUBEBUILDER_ASSETS="$$(hack/controlplane.sh 2>/dev/null | tail -1)" go test $(GO_TEST_FLAGS) ./...
+	HELM=$(HELM) KUBEBUILDER_ASSETS="$$(hack/controlplane.sh 2>/dev/null | tail -1)" go test -p $(UNIT_PARALLEL) $(GO_TEST_FLAGS) ./...
 
 # Fuzz targets (package:target) that `make fuzz` runs for FUZZTIME each. The
 # seed corpora also run as plain tests in `make unit`.
