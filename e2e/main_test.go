@@ -26,12 +26,15 @@ var env *framework.Env
 // exit-code steps (kwok's stages finish Job pods, failing those labelled
 // gpuhealth.dev/e2e-fail), and new nodes are certified only where a case
 // says so; the real-node tier runs the parsers on real output.
+// The fake nodes' cliques come from their labels, and the fabric cases
+// fault one node of a clique: one report taints it here.
 // Everything else is the sample as shipped.
 const e2ePolicy = `{"spec":{
   "certification":{"newNodes":false,"backoff":"2s","steps":` + kwokStep + `},
   "recertification":{"soakWindow":"3s","backoff":"2s","maxAttempts":2,"steps":` + kwokStep + `},
   "remediation":{"rebootNode":{"timeout":"2m"},"resetGPU":{"timeout":"2m"}},
   "circuitBreaker":{"enabled":false},
+  "computeDomain":{"singleReportTaintsClique":true},
   "drain":{"timeout":"5m"}
 }}`
 

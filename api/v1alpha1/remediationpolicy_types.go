@@ -546,6 +546,16 @@ type ComputeDomainSpec struct {
 	// +kubebuilder:default=true
 	TaintDegradedCliques *bool `json:"taintDegradedCliques,omitempty"`
 
+	// singleReportTaintsClique lets one node's fabric-scoped fault taint its
+	// whole clique when that clique is known only from the node's own
+	// nvidia.com/gpu.clique label. The node's kubelet may set its own labels
+	// to any value, so by default such a clique is tainted only when at
+	// least two of its members report a fabric fault. Where NVIDIA's DRA
+	// driver names the node in a ComputeDomainClique, the clique comes from
+	// the driver and one report suffices whatever this says. Default false.
+	// +optional
+	SingleReportTaintsClique bool `json:"singleReportTaintsClique,omitempty"`
+
 	// cliqueCertification runs a multi-node test across the healthy nodes
 	// of a clique whose fabric fault resolved, and lifts the
 	// fabric-degraded taint only when it passes. Unset: the taint is lifted

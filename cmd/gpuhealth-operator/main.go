@@ -201,7 +201,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the nodehealth controller: %w", err)
 	}
-	if err := (&computedomain.FabricReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: clk,
+	if err := (&computedomain.FabricReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: clk, Cliques: view,
 		Namespace: o.namespace, Outputs: job.LogReader{Clientset: clientset}}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the fabric controller: %w", err)
 	}

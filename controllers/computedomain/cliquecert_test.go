@@ -144,7 +144,8 @@ func TestCliqueCertificationGatesTheFabricTaint(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: label},
 		Spec: gpuhealthv1alpha1.RemediationPolicySpec{
 			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": label}},
-			ComputeDomain: gpuhealthv1alpha1.ComputeDomainSpec{CliqueCertification: &gpuhealthv1alpha1.CliqueCertificationSpec{
+			// One member's report, known from its label, taints the clique.
+			ComputeDomain: gpuhealthv1alpha1.ComputeDomainSpec{SingleReportTaintsClique: true, CliqueCertification: &gpuhealthv1alpha1.CliqueCertificationSpec{
 				Job: gpuhealthv1alpha1.JobTemplate{Image: "nccl"}, Backoff: ptr.To(gpuhealthv1alpha1.Duration("0s")), MaxAttempts: 3,
 				Parser: gpuhealthv1alpha1.ResultParser{Type: gpuhealthv1alpha1.ParserNCCLTests, NCCL: &gpuhealthv1alpha1.NCCLThresholds{DefaultMinBusBandwidthGBps: ptr.To[int32](300)}},
 			}},

@@ -35,12 +35,18 @@ import (
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents;nodehealths;remediationpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// FabricReconciler taints every node of an NVLink clique (node label
-// nvidia.com/gpu.clique) while any of them reports a fabric-scoped fault,
-// so the scheduler places no new ComputeDomain on the broken rack, and
-// lifts exactly the taints it added when the faults resolve. It drains
-// nothing: the healthy members keep their running jobs. Requests are keyed
-// by clique ID.
+// FabricReconciler taints every node of an NVLink clique while its members
+// report a fabric-scoped fault, so the scheduler places no new
+// ComputeDomain on the broken rack, and lifts exactly the taints it added
+// when the faults resolve. It drains nothing: the healthy members keep
+// their running jobs. Requests are keyed by clique ID.
+//
+// A node's clique comes from NVIDIA's DRA driver where a
+// ComputeDomainClique lists the node, and otherwise from the node's
+// nvidia.com/gpu.clique label. The label is the node's own word (its
+// kubelet may set it to anything), so a clique known from labels alone is
+// tainted only when two of its members report, unless a policy says one
+// report suffices: one node cannot take a rack it names out of service.
 type FabricReconciler struct {
 	// Client reads from the manager's cache and writes to the apiserver.
 	Client client.Client
@@ -55,6 +61,9 @@ type FabricReconciler struct {
 	Namespace string
 	// Outputs reads what a clique certification Job's index 0 printed.
 	Outputs job.OutputReader
+	// Cliques is the DRA driver's word on clique membership (the
+	// ComputeDomain view). Nil: cliques come from node labels alone.
+	Cliques CliqueDirectory
 
 	mu       sync.Mutex
 	degraded map[string]bool
@@ -82,6 +91,40 @@ func (r *FabricReconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager)
 		Watches(&gpuhealthv1alpha1.RemediationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allCliques), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(r)
+}
+
+// CliqueDirectory says which nodes NVIDIA's DRA driver lists in which
+// NVLink clique (View implements it).
+type CliqueDirectory interface {
+	// Listed returns the membership entries that list node.
+	Listed(node string) []Listing
+	// CliqueMembers returns the nodes ComputeDomainCliques list in cliqueID.
+	CliqueMembers(cliqueID string) []string
+}
+
+// driverCliques returns the NVLink cliques the driver's ComputeDomainCliques
+// place node in; none when no clique object lists it (a driver without
+// cliques, or a node in no ComputeDomain).
+func (r *FabricReconciler) driverCliques(node string) []string {
+	if r.Cliques == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range r.Cliques.Listed(node) {
+		if l.Trace == gpuhealthv1alpha1.TraceCliqueEntry && l.CliqueID != "" && !slices.Contains(out, l.CliqueID) {
+			out = append(out, l.CliqueID)
+		}
+	}
+	return out
+}
+
+// memberOf says whether a node belongs to clique: by the driver's cliques
+// when any lists it, otherwise by its label.
+func memberOf(label string, driver []string, clique string) bool {
+	if len(driver) > 0 {
+		return slices.Contains(driver, clique)
+	}
+	return label == clique
 }
 
 // NodeCliques is the clique label value and the clique in FabricAnnotation:
@@ -140,7 +183,13 @@ func (r *FabricReconciler) nodeCliqueOf(ctx context.Context, name string) []ctrl
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
 		return nil
 	}
-	return cliqueRequests(NodeCliques(n))
+	cliques := NodeCliques(n)
+	for _, c := range r.driverCliques(name) {
+		if !slices.Contains(cliques, c) {
+			cliques = append(cliques, c)
+		}
+	}
+	return cliqueRequests(cliques)
 }
 
 func (r *FabricReconciler) eventToClique(ctx context.Context, o client.Object) []ctrl.Request {
@@ -208,17 +257,25 @@ func (r *FabricReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 		return ctrl.Result{}, err
 	}
+	if p.unconfirmed && (requeue == 0 || requeue > unconfirmedRecheck) {
+		log.FromContext(ctx).V(1).Info("A fabric fault waits for confirmation before the clique is tainted", "faults", describe(c.faults))
+		requeue = unconfirmedRecheck
+	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
 // clique is what one reconcile reads of a clique.
 type clique struct {
 	name string
-	// nodes are those the clique's index names: its members, and the nodes
-	// it tainted that have since moved.
+	// nodes are those the clique's index names (its members by label, and
+	// the nodes it tainted that have since moved) and those the driver's
+	// ComputeDomainCliques list in it.
 	nodes []corev1.Node
-	// faults describe the open fabric faults of the managed members.
-	faults []string
+	// faults are the open fabric faults of the managed members.
+	faults []fabricFault
+	// singleReport: an eligible member's policy lets one report taint a
+	// clique known from labels alone.
+	singleReport bool
 	// eligible: a managed member whose policy lets the clique be tainted;
 	// managed: a member some policy manages and that is not excluded.
 	eligible, managed map[string]bool
@@ -227,6 +284,25 @@ type clique struct {
 	certSpec *gpuhealthv1alpha1.CliqueCertificationSpec
 	// now is the reconcile's time.
 	now time.Time
+}
+
+// fabricFault is one open fabric-scoped finding of a member.
+type fabricFault struct {
+	node, what string
+	// byDriver: the driver's ComputeDomainCliques place the node in this
+	// clique; otherwise only its own label does.
+	byDriver bool
+}
+
+func (f fabricFault) String() string { return f.what + " on " + f.node }
+
+// describe lists the faults for an Event.
+func describe(faults []fabricFault) []string {
+	out := make([]string, 0, len(faults))
+	for _, f := range faults {
+		out = append(out, f.String())
+	}
+	return out
 }
 
 // readClique reads the clique's nodes, the policies that manage them and
@@ -238,13 +314,29 @@ func (r *FabricReconciler) readClique(ctx context.Context, name string) (*clique
 		return nil, fmt.Errorf("listing nodes of clique %s: %w", name, err)
 	}
 	c.nodes = nodes.Items
+	if r.Cliques != nil {
+		for _, m := range r.Cliques.CliqueMembers(name) {
+			if slices.ContainsFunc(c.nodes, func(n corev1.Node) bool { return n.Name == m }) {
+				continue
+			}
+			n := &corev1.Node{}
+			if err := r.Client.Get(ctx, types.NamespacedName{Name: m}, n); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, fmt.Errorf("getting node %s of clique %s: %w", m, name, err)
+			}
+			c.nodes = append(c.nodes, *n)
+		}
+	}
 	policies := &gpuhealthv1alpha1.RemediationPolicyList{}
 	if err := r.Client.List(ctx, policies); err != nil {
 		return nil, fmt.Errorf("listing remediation policies: %w", err)
 	}
 	for i := range c.nodes {
 		n := &c.nodes[i]
-		if n.Labels[CliqueNodeLabel] != name {
+		driver := r.driverCliques(n.Name)
+		if !memberOf(n.Labels[CliqueNodeLabel], driver, name) {
 			continue
 		}
 		p := gpuhealthv1alpha1.ManagingPolicy(policies.Items, n.Labels)
@@ -264,6 +356,7 @@ func (r *FabricReconciler) readClique(ctx context.Context, name string) (*clique
 		if c.certSpec == nil && c.eligible[n.Name] && cd.CliqueCertification != nil {
 			c.certSpec = cd.CliqueCertification
 		}
+		c.singleReport = c.singleReport || (c.eligible[n.Name] && cd.SingleReportTaintsClique)
 		evs := &gpuhealthv1alpha1.NodeHealthEventList{}
 		if err := r.Client.List(ctx, evs, client.MatchingFields{gpuhealthv1alpha1.EventNodeNameField: n.Name}); err != nil {
 			return nil, fmt.Errorf("listing events of node %s: %w", n.Name, err)
@@ -277,11 +370,11 @@ func (r *FabricReconciler) readClique(ctx context.Context, name string) (*clique
 				continue
 			}
 			if IsFabricFault(ev) {
-				c.faults = append(c.faults, fmt.Sprintf("%s %s on %s", ev.Spec.Check, ev.Spec.Code, n.Name))
+				c.faults = append(c.faults, fabricFault{node: n.Name, what: fmt.Sprintf("%s %s", ev.Spec.Check, ev.Spec.Code), byDriver: len(driver) > 0})
 			}
 		}
 	}
-	sort.Strings(c.faults)
+	sort.Slice(c.faults, func(i, j int) bool { return c.faults[i].String() < c.faults[j].String() })
 	return c, nil
 }
 
@@ -304,6 +397,10 @@ const (
 // cliquePlan is what planClique decides for a clique.
 type cliquePlan struct {
 	degraded bool
+	// unconfirmed: faults are open but too few to taint (one member's
+	// label-only report); the clique is looked at again later, when the
+	// driver may list the node or a second member may report.
+	unconfirmed bool
 	// tainted are the nodes that carry this clique's taint now.
 	tainted []*corev1.Node
 	cert    certAction
@@ -312,7 +409,8 @@ type cliquePlan struct {
 // planClique decides whether the clique is degraded and what its
 // certification step does. Pure.
 func planClique(c *clique) cliquePlan {
-	p := cliquePlan{degraded: len(c.faults) > 0}
+	p := cliquePlan{degraded: confirmed(c.faults, c.singleReport)}
+	p.unconfirmed = len(c.faults) > 0 && !p.degraded
 	for i := range c.nodes {
 		if c.nodes[i].Annotations[nodepkg.FabricAnnotation] == c.name {
 			p.tainted = append(p.tainted, &c.nodes[i])
@@ -331,6 +429,28 @@ func planClique(c *clique) cliquePlan {
 	return p
 }
 
+// confirmed says whether the faults taint the clique: one a member the
+// driver lists in it reports, or reports from two members known by their
+// labels alone (one, when singleReport).
+func confirmed(faults []fabricFault, singleReport bool) bool {
+	reporters := map[string]bool{}
+	for _, f := range faults {
+		if f.byDriver {
+			return true
+		}
+		reporters[f.node] = true
+	}
+	need := 2
+	if singleReport {
+		need = 1
+	}
+	return len(reporters) >= need
+}
+
+// unconfirmedRecheck is how soon a clique with an unconfirmed report is
+// read again (the driver's listing has no watch here).
+const unconfirmedRecheck = 30 * time.Second
+
 // taintChange is one node's fabric taint to add or lift.
 type taintChange struct {
 	node *corev1.Node
@@ -345,7 +465,7 @@ func planTaints(c *clique, degraded, hold bool) []taintChange {
 	for i := range c.nodes {
 		n := &c.nodes[i]
 		switch {
-		case degraded && c.eligible[n.Name] && n.Labels[CliqueNodeLabel] == c.name:
+		case degraded && c.eligible[n.Name]: // eligible members only
 			out = append(out, taintChange{node: n, add: true})
 		case n.Annotations[nodepkg.FabricAnnotation] == c.name && !hold:
 			out = append(out, taintChange{node: n})
@@ -390,7 +510,7 @@ func (r *FabricReconciler) changeTaints(ctx context.Context, c *clique, changes 
 			if changed, err = nodepkg.TaintFabric(ctx, r.Client, n, c.name, c.now); changed {
 				fabricTaintChanges.WithLabelValues(actionAdd).Inc()
 				r.Recorder.Eventf(n, nil, corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonFabricDegraded, "Taint",
-					"NVLink clique %s has a fabric fault (%s); no new ComputeDomain lands here until it resolves", c.name, gpuhealthv1alpha1.FirstN(c.faults, 3, "; "))
+					"NVLink clique %s has a fabric fault (%s); no new ComputeDomain lands here until it resolves", c.name, gpuhealthv1alpha1.FirstN(describe(c.faults), 3, "; "))
 			}
 		} else if changed, err = nodepkg.UntaintFabric(ctx, r.Client, n); changed {
 			fabricTaintChanges.WithLabelValues(actionRemove).Inc()

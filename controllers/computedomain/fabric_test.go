@@ -3,6 +3,7 @@ package computedomain
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,7 +99,11 @@ func TestFabricFaultTaintsItsCliqueOnly(t *testing.T) {
 	label := "fabric-test"
 	p := &gpuhealthv1alpha1.RemediationPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: label},
-		Spec:       gpuhealthv1alpha1.RemediationPolicySpec{NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": label}}},
+		Spec: gpuhealthv1alpha1.RemediationPolicySpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": label}},
+			// One member's report, known from its label, taints the clique.
+			ComputeDomain: gpuhealthv1alpha1.ComputeDomainSpec{SingleReportTaintsClique: true},
+		},
 	}
 	g.Expect(k8sClient.Create(ctx, p)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), p) })
@@ -164,12 +169,111 @@ func TestFabricFaultTaintsItsCliqueOnly(t *testing.T) {
 	g.Expect(testutil.ToFloat64(degradedCliques)).To(BeZero())
 }
 
+// cliqueDirectory is the DRA driver's clique listing as a test sets it.
+type cliqueDirectory map[string]string // node → clique ID
+
+func (d cliqueDirectory) Listed(node string) []Listing {
+	if c, ok := d[node]; ok {
+		return []Listing{{DomainUID: "domain-uid", CliqueID: c, Trace: gpuhealthv1alpha1.TraceCliqueEntry, Status: "Ready"}}
+	}
+	return nil
+}
+
+func (d cliqueDirectory) CliqueMembers(clique string) []string {
+	var out []string
+	for n, c := range d {
+		if c == clique {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TestOneNodeCannotTaintARackItNames: with the default policy, a clique
+// known from node labels alone is tainted only when two of its members
+// report; a node's own label cannot put it in another rack when the
+// driver's ComputeDomainCliques say where it is, and one report of a node
+// the driver lists taints that clique.
+func TestOneNodeCannotTaintARackItNames(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	label := "fabric-trust-test"
+	p := &gpuhealthv1alpha1.RemediationPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: label},
+		Spec:       gpuhealthv1alpha1.RemediationPolicySpec{NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": label}}},
+	}
+	g.Expect(k8sClient.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), p) })
+	// rack: four nodes by label. liar: labelled as a member of rack, but the
+	// driver lists it in another clique, driverClique.
+	rack, driverClique := "cluster-z.1", "cluster-z.2"
+	mk := func(name, clique string) string {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"test": label, CliqueNodeLabel: clique}}}
+		g.Expect(k8sClient.Create(ctx, n)).To(Succeed())
+		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), n) })
+		return name
+	}
+	var members []string
+	for i := range 4 {
+		members = append(members, mk(fmt.Sprintf("ft-rack-%d", i), rack))
+	}
+	liar, peer := mk("ft-liar", rack), mk("ft-peer", driverClique)
+	startFabricWith(t, g, &FabricReconciler{Cliques: cliqueDirectory{liar: driverClique, peer: driverClique}})
+	tainted := func() map[string]string {
+		out := map[string]string{}
+		for _, name := range append(slices.Clone(members), liar, peer) {
+			n := &corev1.Node{}
+			g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: name}, n)).To(Succeed())
+			if slices.ContainsFunc(n.Spec.Taints, func(tt corev1.Taint) bool { return tt.Key == gpuhealthv1alpha1.FabricDegradedTaintKey }) {
+				out[name] = n.Annotations[nodepkg.FabricAnnotation]
+			}
+		}
+		return out
+	}
+	// A GPU's fabric state, as the monitor's NVML source reports it.
+	notStarted := func(node string) *gpuhealthv1alpha1.NodeHealthEvent {
+		spec := gpuhealthv1alpha1.NodeHealthEventSpec{
+			NodeName: node, Source: gpuhealthv1alpha1.SourceNVML, Check: gpuhealthv1alpha1.CheckFabric, Code: "NOT_STARTED",
+			Severity: gpuhealthv1alpha1.SeverityFatal, Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "GPU-0"}, Message: "test",
+		}
+		return createFinding(ctx, t, g, spec)
+	}
+
+	// One member of rack reports, known by its label only: no taint.
+	first := notStarted(members[0])
+	g.Consistently(tainted, 2*time.Second, 100*time.Millisecond).Should(BeEmpty(), "one label-only report taints no rack")
+	// The liar's report counts for the clique the driver lists it in, not
+	// for rack: rack still has one reporter, driverClique has a confirmed one.
+	notStarted(liar)
+	g.Eventually(tainted, 20*time.Second, 50*time.Millisecond).Should(Equal(map[string]string{liar: driverClique, peer: driverClique}),
+		"the driver's clique is tainted on one report; the rack the label names is not")
+	g.Consistently(tainted, time.Second, 100*time.Millisecond).Should(HaveLen(2))
+	// A second member of rack reports: now rack is tainted.
+	notStarted(members[1])
+	want := map[string]string{liar: driverClique, peer: driverClique}
+	for _, m := range members {
+		want[m] = rack
+	}
+	g.Eventually(tainted, 20*time.Second, 50*time.Millisecond).Should(Equal(want), "two members' reports taint their rack")
+	// One of the two resolves: back to one label-only report, the taint goes.
+	first.Status.Resolved = true
+	first.Status.ResolvedAt = ptr.To(metav1.Now())
+	g.Expect(k8sClient.Status().Update(ctx, first)).To(Succeed())
+	g.Eventually(tainted, 20*time.Second, 50*time.Millisecond).Should(Equal(map[string]string{liar: driverClique, peer: driverClique}))
+}
+
 func newFinding(ctx context.Context, t *testing.T, g *WithT, node string, check gpuhealthv1alpha1.Check, code string, sev gpuhealthv1alpha1.Severity) *gpuhealthv1alpha1.NodeHealthEvent {
 	t.Helper()
 	spec := gpuhealthv1alpha1.NodeHealthEventSpec{
 		NodeName: node, Source: gpuhealthv1alpha1.SourceIMEX, Check: check, Code: code, Severity: sev,
 		Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentIMEX, ID: "domain"}, Message: "test",
 	}
+	return createFinding(ctx, t, g, spec)
+}
+
+// createFinding creates a finding with spec, seen once now.
+func createFinding(ctx context.Context, t *testing.T, g *WithT, spec gpuhealthv1alpha1.NodeHealthEventSpec) *gpuhealthv1alpha1.NodeHealthEvent {
+	t.Helper()
 	ev := &gpuhealthv1alpha1.NodeHealthEvent{ObjectMeta: metav1.ObjectMeta{Name: spec.EventName()}, Spec: spec}
 	g.Expect(k8sClient.Create(ctx, ev)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ev) })

@@ -140,6 +140,23 @@ func (v *View) Listed(node string) []Listing {
 	return slices.Clone(v.listed[node])
 }
 
+// CliqueMembers returns the nodes that ComputeDomainCliques list in NVLink
+// clique cliqueID, sorted: the driver's word on the clique's members.
+func (v *View) CliqueMembers(cliqueID string) []string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []string
+	for node, ls := range v.listed {
+		if slices.ContainsFunc(ls, func(l Listing) bool {
+			return l.Trace == gpuhealthv1alpha1.TraceCliqueEntry && l.CliqueID == cliqueID
+		}) {
+			out = append(out, node)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Domain returns a copy of the domain with this UID.
 func (v *View) Domain(uid types.UID) (Domain, bool) {
 	v.mu.RLock()

@@ -35,6 +35,7 @@ const soakPolicy = `{"spec":{
   "recertification":{"soakWindow":"3s","backoff":"2s","maxAttempts":2,"steps":` + kwokStep + `},
   "remediation":{"rebootNode":{"timeout":"2m"},"resetGPU":{"timeout":"2m"}},
   "circuitBreaker":{"enabled":false},
+  "computeDomain":{"singleReportTaintsClique":true},
   "drain":{"timeout":"5m"},
   "rules":[
     {"name":"repeated-app-xids","match":{"checks":["XID"],"codes":["13","31"]},"verdict":"Quarantine","action":"Recertify","debounce":{"count":5,"window":"24h"}},
