@@ -64,7 +64,7 @@ func run() error {
 	flag.DurationVar(&o.stormQuiet, "storm-quiet", 300*time.Millisecond, "In a storm of quarantines, write up fenced nodes (transition, node condition, Event) only once no node has been fenced for this long; 0 writes each up right after its fence.")
 	flag.DurationVar(&o.stormHoldMax, "storm-hold-max", 10*time.Second, "The longest a fenced node's write-up waits for a storm to pass.")
 	flag.DurationVar(&o.eventRetention, "event-retention", 7*24*time.Hour, "How long a finished NodeHealthEvent (Resolved, Superseded or Ignored) is kept; 0 keeps them (only --max-events-per-node bounds them). Active findings are never deleted.")
-	flag.IntVar(&o.maxEventsPerNode, "max-events-per-node", 100, "The most NodeHealthEvents kept per node; beyond it the oldest finished ones are deleted (never an active one); 0 means no cap.")
+	flag.IntVar(&o.maxEventsPerNode, "max-events-per-node", 100, "The most NodeHealthEvents kept per node; beyond it the oldest finished ones are deleted, and when a node's unfinished ones alone are more, the least recently seen judged Observe (never one judged Quarantine or not yet judged); 0 means no cap.")
 	flag.Float64Var(&o.qps, "kube-api-qps", 20, "Requests per second to the apiserver, sustained (client-side rate limit).")
 	flag.IntVar(&o.burst, "kube-api-burst", 30, "Requests to the apiserver allowed in a burst above --kube-api-qps.")
 	flag.DurationVar(&o.cdDiscovery, "compute-domain-discovery-interval", computedomain.DefaultPollInterval, "How often to ask the apiserver whether NVIDIA's ComputeDomain CRDs (and which of their kinds) are served; a driver installed, upgraded or removed later is noticed within this time.")

@@ -43,13 +43,22 @@ const capGrace = time.Hour
 const (
 	ReasonRetention = "retention"
 	ReasonCap       = "cap"
+	// ReasonCapObserved: an active finding the policy only observes, the
+	// oldest seen, deleted because the node has more unfinished findings
+	// than the cap.
+	ReasonCapObserved = "cap-observed"
 )
 
 // Reconciler deletes a node's finished NodeHealthEvents: those the operator
 // judged Resolved, Superseded or Ignored, once they have been finished for
-// Retention, and the oldest finished ones beyond MaxPerNode. An Active or
-// not yet judged event is never deleted, whatever its age or the count:
-// only the operator's judgement finishes a finding. When the node no longer
+// Retention, and the oldest finished ones beyond MaxPerNode. An active
+// finding goes only when the node's unfinished findings alone are more than
+// MaxPerNode, and then only one the operator judged Observe (it changes
+// nothing the operator does), the least recently seen first: a node agent,
+// which may create findings about its node at will, cannot grow what the
+// operator caches and judges without bound. A finding judged Quarantine
+// (debouncing ones included) or not judged yet is never deleted, whatever
+// its age or the count. When the node no longer
 // exists, every event of it counts as finished when it was last seen, so
 // findings of a node that left the cluster go after the retention too.
 //
@@ -129,13 +138,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	logger := log.FromContext(ctx)
 	requeue := false
+	dropped := 0 // active findings the cap took
 	for _, d := range plan.deletes {
 		e := d.event
 		err := r.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID, ResourceVersion: &e.ResourceVersion})
 		switch {
 		case err == nil:
 			deleted.WithLabelValues(d.reason).Inc()
-			logger.V(1).Info("Deleted a finished NodeHealthEvent", "NodeHealthEvent", klog.KObj(e), "phase", e.Status.Phase, "finishedAt", d.finished, "why", d.reason)
+			if d.reason == ReasonCapObserved {
+				dropped++
+			}
+			logger.V(1).Info("Deleted a NodeHealthEvent", "NodeHealthEvent", klog.KObj(e), "phase", e.Status.Phase, "finishedAt", d.finished, "why", d.reason)
 		case apierrors.IsNotFound(err):
 		case apierrors.IsConflict(err):
 			// Changed since the cache read it: judge it again.
@@ -146,6 +159,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if plan.overCap > 0 {
 		logger.Info("Node has more unfinished NodeHealthEvents than the cap; they are kept", "over", plan.overCap, "cap", r.MaxPerNode)
+	}
+	if n := dropped; n > 0 {
+		logger.Info("Node has more unfinished NodeHealthEvents than the cap; the least recently seen of those judged Observe are deleted", "deleted", n, "cap", r.MaxPerNode)
 	}
 	if requeue {
 		// After the cache has caught up with the change.
@@ -178,13 +194,17 @@ type plan struct {
 // plan decides which of one node's events go, and why.
 func (r *Reconciler) plan(items []gpuhealthv1alpha1.NodeHealthEvent, nodeGone bool, now time.Time) plan {
 	var out plan
-	var kept []deletion // finished, kept for now
+	var kept []deletion     // finished, kept for now
+	var observed []deletion // active, judged Observe: the cap may take them
 	unfinished := 0
 	for i := range items {
 		e := &items[i]
 		at, ok := finishedAt(e, nodeGone)
 		if !ok {
 			unfinished++
+			if observeOnly(e) {
+				observed = append(observed, deletion{event: e, finished: lastSeen(e), reason: ReasonCapObserved})
+			}
 			continue
 		}
 		if r.Retention > 0 && !now.Before(at.Add(r.Retention)) {
@@ -193,13 +213,15 @@ func (r *Reconciler) plan(items []gpuhealthv1alpha1.NodeHealthEvent, nodeGone bo
 		}
 		kept = append(kept, deletion{event: e, finished: at, reason: ReasonCap})
 	}
+	if excess := unfinished - r.MaxPerNode; r.MaxPerNode > 0 && excess > 0 {
+		// Least recently seen first.
+		slices.SortFunc(observed, byTimeThenName)
+		n := min(excess, len(observed))
+		out.deletes = append(out.deletes, observed[:n]...)
+		unfinished -= n
+	}
 	// Oldest finished first; the name breaks ties so the choice is stable.
-	slices.SortFunc(kept, func(a, b deletion) int {
-		if c := a.finished.Compare(b.finished); c != 0 {
-			return c
-		}
-		return strings.Compare(a.event.Name, b.event.Name)
-	})
+	slices.SortFunc(kept, byTimeThenName)
 	if over := unfinished + len(kept) - r.MaxPerNode; r.MaxPerNode > 0 && over > 0 {
 		grace := capGrace
 		if r.Retention > 0 {
@@ -225,6 +247,29 @@ func (r *Reconciler) plan(items []gpuhealthv1alpha1.NodeHealthEvent, nodeGone bo
 		}
 	}
 	return out
+}
+
+func byTimeThenName(a, b deletion) int {
+	if c := a.finished.Compare(b.finished); c != 0 {
+		return c
+	}
+	return strings.Compare(a.event.Name, b.event.Name)
+}
+
+// observeOnly says whether the operator judged an active finding Observe:
+// it is shown, counted and alerted on, but moves no node.
+func observeOnly(e *gpuhealthv1alpha1.NodeHealthEvent) bool {
+	c := e.Status.Classification
+	return e.Status.Phase == gpuhealthv1alpha1.EventActive && c != nil && c.Verdict == gpuhealthv1alpha1.VerdictObserve
+}
+
+// lastSeen is when the finding was last reported (its creation, before any
+// count).
+func lastSeen(e *gpuhealthv1alpha1.NodeHealthEvent) time.Time {
+	if e.Status.LastSeen != nil {
+		return e.Status.LastSeen.Time
+	}
+	return e.CreationTimestamp.Time
 }
 
 // finishedAt returns when an event finished, and whether it has: Resolved

@@ -82,6 +82,16 @@ func TestPlan(t *testing.T) {
 	ignoredOld := ev("n", "ignored-old", gpuhealthv1alpha1.EventIgnored, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.LastSeen = ago(8 * day) })
 	ignoredSeen := ev("n", "ignored-seen", gpuhealthv1alpha1.EventIgnored, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.LastSeen = ago(time.Minute) })
 	// The monitor saw it again; the operator has not judged it again yet.
+	judged := func(v gpuhealthv1alpha1.Verdict, seen time.Duration) func(*gpuhealthv1alpha1.NodeHealthEventStatus) {
+		return func(s *gpuhealthv1alpha1.NodeHealthEventStatus) {
+			s.LastSeen, s.Classification = ago(seen), &gpuhealthv1alpha1.Classification{Verdict: v, Rule: "default"}
+		}
+	}
+	observedOld := ev("n", "observed-old", gpuhealthv1alpha1.EventActive, judged(gpuhealthv1alpha1.VerdictObserve, 20*day))
+	observedMid := ev("n", "observed-mid", gpuhealthv1alpha1.EventActive, judged(gpuhealthv1alpha1.VerdictObserve, day))
+	observedNew := ev("n", "observed-new", gpuhealthv1alpha1.EventActive, judged(gpuhealthv1alpha1.VerdictObserve, time.Minute))
+	// Debouncing or counting, a Quarantine finding is never the cap's.
+	quarantineOld := ev("n", "quarantine-old", gpuhealthv1alpha1.EventActive, judged(gpuhealthv1alpha1.VerdictQuarantine, 30*day))
 	resolvedSeenAgain := ev("n", "resolved-seen-again", gpuhealthv1alpha1.EventResolved, func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { s.LastSeen = ago(time.Minute) })
 
 	for _, tc := range []struct {
@@ -126,6 +136,22 @@ func TestPlan(t *testing.T) {
 		r:        Reconciler{MaxPerNode: 1},
 		items:    []gpuhealthv1alpha1.NodeHealthEvent{activeOld, unjudged, resolvedNew},
 		want:     []string{"resolved-new/cap"},
+		wantOver: 1,
+	}, {
+		name:  "unfinished alone over the cap: the least recently seen Observe findings go, Quarantine and unjudged stay",
+		r:     Reconciler{MaxPerNode: 3},
+		items: []gpuhealthv1alpha1.NodeHealthEvent{observedNew, quarantineOld, observedOld, unjudged, observedMid, activeOld},
+		want:  []string{"observed-old/cap-observed", "observed-mid/cap-observed", "observed-new/cap-observed"},
+	}, {
+		name:  "Observe findings go only as far as the unfinished exceed the cap; finished ones are the cap's first",
+		r:     Reconciler{MaxPerNode: 3},
+		items: []gpuhealthv1alpha1.NodeHealthEvent{observedNew, observedOld, quarantineOld, unjudged, resolvedOld},
+		want:  []string{"observed-old/cap-observed", "resolved-old/cap"},
+	}, {
+		name:     "when only Quarantine and unjudged findings are over the cap, they are kept and counted",
+		r:        Reconciler{MaxPerNode: 1},
+		items:    []gpuhealthv1alpha1.NodeHealthEvent{quarantineOld, unjudged, observedNew},
+		want:     []string{"observed-new/cap-observed"},
 		wantOver: 1,
 	}, {
 		name:  "retention and cap together count the retained only once",
