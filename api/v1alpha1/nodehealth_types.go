@@ -6,7 +6,7 @@ import (
 )
 
 // RequestAction is a one-shot manual request a human makes on a NodeHealth.
-// +kubebuilder:validation:Enum=Recertify;Release;Maintenance
+// +kubebuilder:validation:Enum=Recertify;Release;Maintenance;Approve
 type RequestAction string
 
 const (
@@ -20,14 +20,19 @@ const (
 	// fault, then held in phase Maintenance until a Recertify (the usual way
 	// back) or a Release request. It is audited.
 	RequestMaintenance RequestAction = "Maintenance"
+	// RequestApprove approves the destructive act the node waits for
+	// (status.approval; the policy's approval.actions). It is audited.
+	RequestApprove RequestAction = "Approve"
 )
 
 // ManualRequest is a one-shot request. The operator carries out each id once
 // and records it in status.lastRequest; to repeat an action, use a new id.
 // +kubebuilder:validation:XValidation:rule="self.action != 'Release' || (has(self.reason) && size(self.reason) > 0)",message="a Release returns the node without recertification and is audited: give a reason"
 // +kubebuilder:validation:XValidation:rule="self.action != 'Maintenance' || (has(self.reason) && size(self.reason) > 0)",message="a Maintenance request takes the node out of service and is audited: give a reason"
+// +kubebuilder:validation:XValidation:rule="self.action != 'Approve' || (has(self.reason) && size(self.reason) > 0)",message="an Approve request lets a destructive act go ahead and is audited: give a reason"
 type ManualRequest struct {
-	// action is what is requested: Recertify, Release or Maintenance.
+	// action is what is requested: Recertify, Release, Maintenance or
+	// Approve.
 	// +required
 	Action RequestAction `json:"action"`
 
@@ -616,6 +621,11 @@ type NodeHealthStatus struct {
 	// +optional
 	LastRequest *HandledRequest `json:"lastRequest,omitempty"`
 
+	// approval is the destructive act the node waits to have approved, or
+	// the last one approved or timed out (the policy's approval.actions).
+	// +optional
+	Approval *ApprovalStatus `json:"approval,omitempty"`
+
 	// observedGeneration is the spec generation the status reflects.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
@@ -671,4 +681,56 @@ type NodeHealthList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	// items are the NodeHealths.
 	Items []NodeHealth `json:"items"`
+}
+
+// ApprovalState is where an approval stands.
+// +kubebuilder:validation:Enum=Waiting;Approved;TimedOut
+type ApprovalState string
+
+const (
+	// ApprovalWaiting is an act that waits for a request Approve.
+	ApprovalWaiting ApprovalState = "Waiting"
+	// ApprovalApproved is an act a request Approve let go ahead.
+	ApprovalApproved ApprovalState = "Approved"
+	// ApprovalTimedOut is an act nobody approved within the policy's
+	// timeout, carried out because its onTimeout is Proceed.
+	ApprovalTimedOut ApprovalState = "TimedOut"
+)
+
+// ApprovalStatus is one destructive act's approval.
+type ApprovalStatus struct {
+	// action is the act: ResetGPU, RebootNode or ReplaceNode.
+	// +required
+	Action Action `json:"action"`
+
+	// subject is the act's occasion, such as "recertification attempt 2
+	// (started 2026-12-04T10:00:00Z)"; an approval holds for its subject
+	// only.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Subject string `json:"subject"`
+
+	// state is Waiting, Approved or TimedOut.
+	// +required
+	State ApprovalState `json:"state"`
+
+	// since is when the node started waiting.
+	// +required
+	Since metav1.Time `json:"since"`
+
+	// by names who approved: the request's requestedBy and the field
+	// manager that wrote it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	By string `json:"by,omitempty"`
+
+	// reason is the approver's reason.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+
+	// time is when the act was approved or the wait timed out.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
 }

@@ -112,6 +112,22 @@ const (
 	// certificate (status.certificate): True once a certification or
 	// recertification suite passed, False for a node that is not certified.
 	NodeHealthCertifiedCondition = "Certified"
+	// NodeHealthAwaitingApprovalCondition is True while the node's next act
+	// waits for a human's approval (the policy's approval.actions). Named
+	// for the wait because it is alerted on.
+	NodeHealthAwaitingApprovalCondition = "AwaitingApproval"
+)
+
+// Reasons of the approval of destructive acts.
+const (
+	// ReasonAwaitingApproval: the node's next act waits for a request Approve.
+	ReasonAwaitingApproval = "AwaitingApproval"
+	// ReasonApproved: a request Approve let the act go ahead.
+	ReasonApproved = "Approved"
+	// ReasonApprovalTimedOut: nobody approved in time; the policy says proceed.
+	ReasonApprovalTimedOut = "ApprovalTimedOut"
+	// ReasonNotWaitingForApproval: nothing waits for approval any more.
+	ReasonNotWaitingForApproval = "NotWaitingForApproval"
 )
 
 // Reasons of the ComputeDomain rules.

@@ -653,6 +653,51 @@ type RemediationPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=false
 	DryRun bool `json:"dryRun"`
+
+	// approval names the destructive acts a human approves, node by node,
+	// before gpuhealth carries them out. Unset: none waits.
+	// +optional
+	Approval *ApprovalSpec `json:"approval,omitempty"`
+}
+
+// ApprovalTimeoutPolicy is what happens to an act nobody approved in time.
+// +kubebuilder:validation:Enum=Wait;Proceed
+type ApprovalTimeoutPolicy string
+
+const (
+	// ApprovalWait keeps the node waiting for approval.
+	ApprovalWait ApprovalTimeoutPolicy = "Wait"
+	// ApprovalProceed carries out the act once the timeout passed.
+	ApprovalProceed ApprovalTimeoutPolicy = "Proceed"
+)
+
+// ApprovalSpec says which acts wait for a human's approval. A node whose
+// next act is listed stays in its phase with the condition
+// AwaitingApproval and one Event until a request Approve (kubectl
+// gpuhealth approve NODE --reason …) names who approved it; the approval
+// holds for that act and occasion only (one recertification attempt, one
+// failure).
+type ApprovalSpec struct {
+	// actions are the acts that wait: ResetGPU and RebootNode (the
+	// remediation step of a recertification attempt) and ReplaceNode (the
+	// hand-off of a failed node to the system that replaces nodes).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:Enum=ResetGPU;RebootNode;ReplaceNode
+	Actions []Action `json:"actions,omitempty"`
+
+	// timeout is how long a node waits before onTimeout applies. Unset: it
+	// waits until approved.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30m or 4h"
+	Timeout *Duration `json:"timeout,omitempty"`
+
+	// onTimeout is Wait (keep waiting, the default) or Proceed (carry out
+	// the act, recorded as not approved).
+	// +optional
+	// +kubebuilder:default=Wait
+	OnTimeout ApprovalTimeoutPolicy `json:"onTimeout,omitempty"`
 }
 
 // BreakerState is the state of the circuit breaker.

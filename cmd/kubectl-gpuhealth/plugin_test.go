@@ -178,6 +178,17 @@ func TestMaintenanceDryRunChangesNothing(t *testing.T) {
 	g.Expect(nh.Spec.Request).To(BeNil())
 }
 
+func TestApproveNeedsAReasonAndSaysWhatItDoes(t *testing.T) {
+	g := NewWithT(t)
+	_, errOut, code := plugin(t, "approve", "gpu-0", "--id", "CHG-78")
+	g.Expect(code).NotTo(Equal(0))
+	g.Expect(errOut).To(ContainSubstring("reason"))
+	out, errOut, code := plugin(t, "approve", "gpu-0", "--reason", "reboot agreed", "--id", "CHG-78", "--dry-run")
+	g.Expect(code).To(Equal(0), errOut)
+	g.Expect(out).To(ContainSubstring("status.approval"))
+	g.Expect(out).To(ContainSubstring("dry run: nothing changed"))
+}
+
 func TestHoldExcludeAndBack(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()

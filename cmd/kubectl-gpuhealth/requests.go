@@ -70,6 +70,9 @@ var requestCommands = []requestCommand{
 	{gpuhealthv1alpha1.RequestMaintenance, "maintenance NODE --reason REASON [--id TICKET]",
 		"Take a Healthy node out for planned maintenance (audited)",
 		`  kubectl gpuhealth maintenance gpu-node-7 --reason "BMC firmware" --id CHG-77`, true},
+	{gpuhealthv1alpha1.RequestApprove, "approve NODE --reason REASON [--id TICKET]",
+		"Approve the destructive act a node waits for: a GPU reset, a reboot or its replacement (audited)",
+		`  kubectl gpuhealth approve gpu-node-7 --reason "reboot agreed with the tenant" --id CHG-78`, true},
 }
 
 func newRequestCommand(g *globals, rc requestCommand) *cobra.Command {
@@ -95,6 +98,8 @@ func effect(action gpuhealthv1alpha1.RequestAction, phase gpuhealthv1alpha1.Node
 	switch action {
 	case gpuhealthv1alpha1.RequestRelease:
 		return "the operator returns the node to Healthy without recertification: it closes the node's findings and lifts its cordon and taint (never a cordon or taint that was there before gpuhealth's); audited in the history and an Event"
+	case gpuhealthv1alpha1.RequestApprove:
+		return "the operator lets the act the node waits for (status.approval) go ahead, for that occasion only, and records who approved it; with nothing waiting it records the request and does nothing; audited"
 	case gpuhealthv1alpha1.RequestMaintenance:
 		if phase != gpuhealthv1alpha1.PhaseHealthy {
 			return fmt.Sprintf("the node is %s, not Healthy: the operator records the request and refuses it (status.lastRequest.result says why)", phase)

@@ -190,6 +190,11 @@ var cases = map[string][]alertCase{
 		{name: "for five minutes only", at: 5 * time.Minute, series: `gpuhealth_nodehealth_dead_member_listed{node="gpu-1"} 1x20`},
 		{name: "the driver dropped it", at: 25 * time.Minute, series: `gpuhealth_nodehealth_dead_member_listed{node="gpu-1"} 1x8 0x20`},
 	},
+	"GPUHealthAwaitingApproval": {
+		{name: "waiting for forty minutes", at: 40 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
+			series: "gpuhealth_nodehealth_awaiting_approval{node=\"gpu-1\"} 1x50\ngpuhealth_nodehealth_awaiting_approval{node=\"gpu-2\"} 0x50"},
+		{name: "approved after twenty minutes", at: 45 * time.Minute, series: `gpuhealth_nodehealth_awaiting_approval{node="gpu-1"} 1x20 0x30`},
+	},
 	"GPUHealthRecertificationStuck": {
 		{name: "recertifying for 190 minutes", at: 190 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
 			series: `gpuhealth_nodehealth_phase{node="gpu-1",phase="Recertifying"} 1x200`},

@@ -155,6 +155,8 @@ type decider struct {
 	attemptStarted bool
 	// first: gpuhealth manages the node from this pass on (no phase yet).
 	first bool
+	// askedApproval: an act of this pass waits for, or got, approval.
+	askedApproval bool
 }
 
 // decide is the state machine: from what was observed, what to do. It is a
@@ -285,6 +287,7 @@ func (d *decider) housekeeping() {
 		d.p.nodeReason, d.p.nodeMessage = d.nodeCondition()
 	}
 	d.certifiedCondition()
+	d.approvalUnasked()
 	st.ObservedGeneration = d.o.nh.Generation
 }
 

@@ -97,6 +97,9 @@ func (d *decider) handOffFailed() {
 	if reason == "" {
 		return
 	}
+	if !d.approved(gpuhealthv1alpha1.ActionReplaceNode, fmt.Sprintf("hand-off of the failure at %s (%s)", failure.Time.UTC().Format(time.RFC3339), reason)) {
+		return
+	}
 	if spec.Type != gpuhealthv1alpha1.HandOffCondition && t == nil {
 		// Entered Failed in this pass: the target is read in the next.
 		d.p.immediate = true

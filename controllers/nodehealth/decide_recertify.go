@@ -30,6 +30,10 @@ func (d *decider) recertifying() {
 	}
 	spec := o.policy.Spec
 	if kind, step := remediationStep(d.action(), spec.Remediation); step != nil {
+		// Asked before the step starts; once under way it is not stopped.
+		if rc.RemediationStartedAt == nil && rc.RemediationJob == "" && !d.approved(remediationAction(kind), attemptSubject(rc)) {
+			return
+		}
 		if !d.remediated(kind, step, rc) {
 			return
 		}

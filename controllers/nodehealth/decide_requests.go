@@ -45,6 +45,8 @@ func (d *decider) request() {
 		}
 	case gpuhealthv1alpha1.RequestMaintenance:
 		result = d.maintenanceRequest(by, req.Reason)
+	case gpuhealthv1alpha1.RequestApprove:
+		result = d.approve(by, req.Reason)
 	}
 	d.p.status.LastRequest = &gpuhealthv1alpha1.HandledRequest{ID: req.ID, Action: req.Action, By: gpuhealthv1alpha1.Truncate(by, 512), Time: d.o.now, Result: result}
 }

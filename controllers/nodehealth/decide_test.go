@@ -155,6 +155,32 @@ func rebooting(o *observation) {
 	rc.RemediationStartedAt, rc.BootID = &at, "boot-1"
 }
 
+// approvalFor makes the policy ask for approval of act.
+func approvalFor(act gpuhealthv1alpha1.Action) func(*observation) {
+	return func(o *observation) {
+		if o.policy.Spec.Approval == nil {
+			o.policy.Spec.Approval = &gpuhealthv1alpha1.ApprovalSpec{OnTimeout: gpuhealthv1alpha1.ApprovalWait}
+		}
+		o.policy.Spec.Approval.Actions = append(o.policy.Spec.Approval.Actions, act)
+	}
+}
+
+func approvalTimeout(d string, on gpuhealthv1alpha1.ApprovalTimeoutPolicy) func(*observation) {
+	return func(o *observation) {
+		o.policy.Spec.Approval.Timeout, o.policy.Spec.Approval.OnTimeout = dur(d), on
+	}
+}
+
+// waitingApproval: the current attempt's reboot has waited for approval for ago.
+func waitingApproval(ago time.Duration) func(*observation) {
+	return func(o *observation) {
+		o.nh.Status.Approval = &gpuhealthv1alpha1.ApprovalStatus{Action: gpuhealthv1alpha1.ActionRebootNode, Subject: attemptSubject(o.nh.Status.Recertification),
+			State: gpuhealthv1alpha1.ApprovalWaiting, Since: metav1.NewTime(t0.Add(-ago))}
+		o.nh.Status.Conditions = append(o.nh.Status.Conditions, metav1.Condition{Type: gpuhealthv1alpha1.NodeHealthAwaitingApprovalCondition,
+			Status: metav1.ConditionTrue, Reason: gpuhealthv1alpha1.ReasonAwaitingApproval, LastTransitionTime: metav1.NewTime(t0.Add(-ago))})
+	}
+}
+
 func asks(action gpuhealthv1alpha1.RequestAction) func(*observation) {
 	return func(o *observation) {
 		o.nh.Spec.Request = &gpuhealthv1alpha1.ManualRequest{Action: action, ID: "t-1", Reason: "ticket", RequestedBy: "alice"}
@@ -444,6 +470,68 @@ func TestDecide(t *testing.T) {
 		{"the last attempt failed: Failed", obs(attempt(3), recertJob, finding(), liveJob(job.Recertification, gpuhealthv1alpha1.JobFailed)), func(g *WithT, p *plan) {
 			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{failed}))
 			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonRecertificationExhausted))
+		}},
+		{"approval asked: a reboot waits, with AwaitingApproval and one Event", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), approvalFor(gpuhealthv1alpha1.ActionRebootNode)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Approval).NotTo(BeNil())
+			g.Expect(p.status.Approval.State).To(Equal(gpuhealthv1alpha1.ApprovalWaiting))
+			g.Expect(p.status.Approval.Subject).To(ContainSubstring("attempt 1"))
+			g.Expect(p.status.Recertification.RemediationStartedAt).To(BeNil(), "the step does not start")
+			g.Expect(p.createJobs).To(BeEmpty())
+			g.Expect(meta.IsStatusConditionTrue(p.status.Conditions, gpuhealthv1alpha1.NodeHealthAwaitingApprovalCondition)).To(BeTrue())
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonAwaitingApproval))
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Warning " + gpuhealthv1alpha1.ReasonAwaitingApproval))
+		}},
+		{"approval asked, still waiting: no second Event", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), approvalFor(gpuhealthv1alpha1.ActionRebootNode), waitingApproval(10*time.Minute)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Approval.State).To(Equal(gpuhealthv1alpha1.ApprovalWaiting))
+			g.Expect(reasonsOf(p.announce)).NotTo(ContainElement("Warning " + gpuhealthv1alpha1.ReasonAwaitingApproval))
+			g.Expect(p.status.Recertification.RemediationStartedAt).To(BeNil())
+		}},
+		{"a request Approve lets the reboot start, naming who approved", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), approvalFor(gpuhealthv1alpha1.ActionRebootNode),
+			waitingApproval(10*time.Minute), asks(gpuhealthv1alpha1.RequestApprove)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Approval.State).To(Equal(gpuhealthv1alpha1.ApprovalApproved))
+			g.Expect(p.status.Approval.By).To(ContainSubstring("alice"))
+			g.Expect(p.status.Approval.Reason).To(Equal("ticket"))
+			g.Expect(p.status.LastRequest.Result).To(ContainSubstring("approved RebootNode"))
+			g.Expect(p.status.Recertification.RemediationStartedAt).NotTo(BeNil(), "the reboot step starts: its boot ID written down")
+			g.Expect(meta.IsStatusConditionTrue(p.status.Conditions, gpuhealthv1alpha1.NodeHealthAwaitingApprovalCondition)).To(BeFalse())
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Normal " + gpuhealthv1alpha1.ReasonApproved))
+		}},
+		{"a request Approve with nothing waiting does nothing", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), asks(gpuhealthv1alpha1.RequestApprove)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Approval).To(BeNil())
+			g.Expect(p.status.LastRequest.Result).To(ContainSubstring("nothing to approve"))
+		}},
+		{"an approval holds for its attempt only", obs(attempt(2), rebootStep, finding(), bootID("boot-1", true), approvalFor(gpuhealthv1alpha1.ActionRebootNode), func(o *observation) {
+			o.nh.Status.Approval = &gpuhealthv1alpha1.ApprovalStatus{Action: gpuhealthv1alpha1.ActionRebootNode, Subject: "recertification attempt 1 (started 2026-12-01T11:00:00Z)",
+				State: gpuhealthv1alpha1.ApprovalApproved, Since: metav1.NewTime(t0.Add(-time.Hour)), By: "alice"}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Approval.State).To(Equal(gpuhealthv1alpha1.ApprovalWaiting))
+			g.Expect(p.status.Approval.Subject).To(ContainSubstring("attempt 2"))
+			g.Expect(p.status.Recertification.RemediationStartedAt).To(BeNil())
+		}},
+		{"nobody approved within the timeout, onTimeout Proceed: the reboot starts", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), approvalFor(gpuhealthv1alpha1.ActionRebootNode),
+			approvalTimeout("1h", gpuhealthv1alpha1.ApprovalProceed), waitingApproval(2*time.Hour)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Approval.State).To(Equal(gpuhealthv1alpha1.ApprovalTimedOut))
+			g.Expect(p.status.Recertification.RemediationStartedAt).NotTo(BeNil())
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Warning " + gpuhealthv1alpha1.ReasonApprovalTimedOut))
+		}},
+		{"nobody approved within the timeout, onTimeout Wait: still waiting", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), approvalFor(gpuhealthv1alpha1.ActionRebootNode),
+			approvalTimeout("1h", gpuhealthv1alpha1.ApprovalWait), waitingApproval(2*time.Hour)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Approval.State).To(Equal(gpuhealthv1alpha1.ApprovalWaiting))
+			g.Expect(p.status.Recertification.RemediationStartedAt).To(BeNil())
+		}},
+		{"released while waiting: the wait and its condition go", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), approvalFor(gpuhealthv1alpha1.ActionRebootNode),
+			waitingApproval(10*time.Minute), asks(gpuhealthv1alpha1.RequestRelease)), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy}))
+			g.Expect(p.status.Approval).To(BeNil())
+			g.Expect(meta.IsStatusConditionTrue(p.status.Conditions, gpuhealthv1alpha1.NodeHealthAwaitingApprovalCondition)).To(BeFalse())
+		}},
+		{"only the acts listed wait: a reboot when the policy asks about GPU resets", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), approvalFor(gpuhealthv1alpha1.ActionResetGPU)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Approval).To(BeNil())
+			g.Expect(p.status.Recertification.RemediationStartedAt).NotTo(BeNil())
+		}},
+		{"a reboot already under way is not stopped by a new approval rule", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true), rebooting, approvalFor(gpuhealthv1alpha1.ActionRebootNode)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Approval).To(BeNil())
+			g.Expect(p.createJobs).To(HaveLen(1))
 		}},
 		{"reboot step: the boot ID is written down first", obs(attempt(1), rebootStep, finding(), bootID("boot-1", true)), func(g *WithT, p *plan) {
 			g.Expect(p.status.Recertification.BootID).To(Equal("boot-1"))

@@ -67,6 +67,7 @@ func (f *nodeGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- nodePhaseDesc
 	ch <- drainTimedOutDesc
 	ch <- deadMemberListedDesc
+	ch <- awaitingApprovalDesc
 	ch <- nodeGPUsDesc
 	ch <- outOfServiceDesc
 	ch <- strandedDesc
@@ -111,6 +112,8 @@ func (f *nodeGauges) Collect(ch chan<- prometheus.Metric) {
 			b2f(meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthDrainTimedOutCondition)), nh.Name)
 		ch <- prometheus.MustNewConstMetric(deadMemberListedDesc, prometheus.GaugeValue,
 			b2f(meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition)), nh.Name)
+		ch <- prometheus.MustNewConstMetric(awaitingApprovalDesc, prometheus.GaugeValue,
+			b2f(meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthAwaitingApprovalCondition)), nh.Name)
 	}
 	for _, s := range gpuTime(nhs.Items, byName) {
 		switch {

@@ -110,6 +110,9 @@ var (
 	deadMemberListedDesc = prometheus.NewDesc("gpuhealth_nodehealth_dead_member_listed",
 		"1 while a dead, fenced ComputeDomain member is still listed by NVIDIA's driver, so its peers hold it (condition DeadMemberListed), 0 otherwise.",
 		[]string{labelNode}, nil)
+	awaitingApprovalDesc = prometheus.NewDesc("gpuhealth_nodehealth_awaiting_approval",
+		"1 while a node's next destructive act waits for a human's approval (condition AwaitingApproval), 0 otherwise.",
+		[]string{labelNode}, nil)
 )
 
 func init() {
