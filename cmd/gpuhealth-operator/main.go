@@ -189,7 +189,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		APIReader:               mgr.GetAPIReader(),
 		Clock:                   clk,
 		Recorder:                recorder,
-		Drainer:                 drain.New(mgr.GetClient(), pods, clk),
+		Drainer:                 drain.New(mgr.GetClient(), pods, clk, o.namespace),
 		Breaker:                 brk,
 		Namespace:               o.namespace,
 		Outputs:                 job.LogReader{Clientset: clientset},

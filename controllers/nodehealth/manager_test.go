@@ -45,7 +45,7 @@ func startManager(t *testing.T) (stop func()) {
 	clk := clock.RealClock{}
 	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
-		Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk),
+		Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
 		Breaker: breaker.New(), Namespace: jobNamespace, MaxConcurrentReconciles: 4,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -171,7 +171,7 @@ func TestManagerViewWakesALeavingNode(t *testing.T) {
 			clk := clock.RealClock{}
 			r := &Reconciler{
 				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
-				Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk),
+				Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
 				Breaker: breaker.New(), Namespace: jobNamespace, ComputeDomains: view, MaxConcurrentReconciles: 4,
 			}
 			ctx, cancel := context.WithCancel(context.Background())

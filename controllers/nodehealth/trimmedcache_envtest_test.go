@@ -44,7 +44,7 @@ func startTrimmedManager(t *testing.T, outputs job.OutputReader) {
 	clk := clock.RealClock{}
 	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
-		Recorder: mgr.GetEventRecorder(FieldManager), Drainer: drain.New(mgr.GetClient(), k8sClient, clk),
+		Recorder: mgr.GetEventRecorder(FieldManager), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
 		Breaker: breaker.New(), Namespace: jobNamespace, Outputs: outputs, MaxConcurrentReconciles: 4,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
