@@ -61,7 +61,7 @@ func run() error {
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica acts at a time.")
 	flag.StringVar(&leaderElection, "leader-election-id", "gpuhealth-operator.gpuhealth.dev", "Name of the leader election Lease.")
 	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "gpuhealth-system"), "Namespace of the leader election Lease and of recertification and remediation Jobs.")
-	flag.StringVar(&o.driverNamespace, "compute-domain-driver-namespace", computedomain.DefaultDriverNamespace, "Namespace of NVIDIA's DRA driver, where the ComputeDomain daemon pods run; a pod labelled with a domain anywhere else is no daemon pod, and the operator caches no pod outside it.")
+	flag.StringVar(&o.driverNamespace, "compute-domain-driver-namespace", computedomain.DefaultDriverNamespace, "Namespace of NVIDIA's DRA driver, where the ComputeDomain daemon pods and ComputeDomainCliques are; a pod labelled with a domain, or a clique, anywhere else ties no node to a domain, and the operator caches no pod outside it.")
 	flag.IntVar(&o.workers, "workers", 16, "Nodes reconciled in parallel.")
 	flag.DurationVar(&o.stormQuiet, "storm-quiet", 300*time.Millisecond, "In a storm of quarantines, write up fenced nodes (transition, node condition, Event) only once no node has been fenced for this long; 0 writes each up right after its fence.")
 	flag.DurationVar(&o.stormHoldMax, "storm-hold-max", 10*time.Second, "The longest a fenced node's write-up waits for a storm to pass.")
@@ -175,7 +175,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	}
 	// The ComputeDomain view waits for NVIDIA's CRDs and watches them once
 	// they are served; without them it costs one discovery GET per interval.
-	view := computedomain.NewView(mgr.GetCache(), disc, clk)
+	view := computedomain.NewView(mgr.GetCache(), disc, clk, o.driverNamespace)
 	view.PollInterval = o.cdDiscovery
 	if err := mgr.Add(view); err != nil {
 		return fmt.Errorf("adding the ComputeDomain view: %w", err)

@@ -113,7 +113,7 @@ func (h *harness) withComputeDomains(shape testenv.DriverShape) *cdEnv {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.t.Cleanup(cancel)
 	go func() { _ = c.Start(ctx) }()
-	v := computedomain.NewView(c, disc, clock.RealClock{})
+	v := computedomain.NewView(c, disc, clock.RealClock{}, driverNamespace)
 	v.PollInterval = 50 * time.Millisecond
 	go func() { _ = v.Start(ctx) }()
 	go func() { // the node controller's channel source, here a sink

@@ -166,7 +166,7 @@ func TestManagerViewWakesALeavingNode(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 			g.Expect(err).NotTo(HaveOccurred())
-			view := computedomain.NewView(mgr.GetCache(), disc, clock.RealClock{})
+			view := computedomain.NewView(mgr.GetCache(), disc, clock.RealClock{}, driverNamespace)
 			g.Expect(mgr.Add(view)).To(Succeed())
 			clk := clock.RealClock{}
 			r := &Reconciler{
