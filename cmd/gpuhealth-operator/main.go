@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -60,6 +61,7 @@ func run() error {
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica acts at a time.")
 	flag.StringVar(&leaderElection, "leader-election-id", "gpuhealth-operator.gpuhealth.dev", "Name of the leader election Lease.")
 	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "gpuhealth-system"), "Namespace of the leader election Lease and of recertification and remediation Jobs.")
+	flag.StringVar(&o.driverNamespace, "compute-domain-driver-namespace", computedomain.DefaultDriverNamespace, "Namespace of NVIDIA's DRA driver, where the ComputeDomain daemon pods and ComputeDomainCliques are; a pod labelled with a domain, or a clique, anywhere else ties no node to a domain, and the operator caches no pod outside it.")
 	flag.IntVar(&o.workers, "workers", 16, "Nodes reconciled in parallel.")
 	flag.DurationVar(&o.stormQuiet, "storm-quiet", 300*time.Millisecond, "In a storm of quarantines, write up fenced nodes (transition, node condition, Event) only once no node has been fenced for this long; 0 writes each up right after its fence.")
 	flag.DurationVar(&o.stormHoldMax, "storm-hold-max", 10*time.Second, "The longest a fenced node's write-up waits for a storm to pass.")
@@ -83,6 +85,9 @@ func run() error {
 	}
 	if o.cdDiscovery <= 0 {
 		return fmt.Errorf("--compute-domain-discovery-interval must be positive, got %s", o.cdDiscovery)
+	}
+	if o.driverNamespace == "" {
+		return errors.New("--compute-domain-driver-namespace must not be empty")
 	}
 	if o.qps <= 0 || o.burst <= 0 {
 		return fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %g and %d", o.qps, o.burst)
@@ -113,9 +118,10 @@ func run() error {
 		LeaderElectionNamespace:       o.namespace,
 		LeaderElectionReleaseOnCancel: true,
 		// Jobs are watched only in the operator's namespace (a namespaced
-		// Role, not cluster-wide access); every object is cached without
-		// managedFields, and Pods and Nodes with only what is read of them.
-		Cache: cachetrim.CacheOptions(o.namespace),
+		// Role, not cluster-wide access), Pods only in the DRA driver's;
+		// every object is cached without managedFields, and Pods and Nodes
+		// with only what is read of them.
+		Cache: cachetrim.CacheOptions(o.namespace, o.driverNamespace),
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
@@ -136,7 +142,10 @@ func run() error {
 
 // options are the flags the controllers take.
 type options struct {
-	namespace        string
+	namespace string
+	// driverNamespace is the DRA driver's namespace, where the
+	// ComputeDomain daemon pods run.
+	driverNamespace  string
 	workers          int
 	stormQuiet       time.Duration
 	stormHoldMax     time.Duration
@@ -166,7 +175,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	}
 	// The ComputeDomain view waits for NVIDIA's CRDs and watches them once
 	// they are served; without them it costs one discovery GET per interval.
-	view := computedomain.NewView(mgr.GetCache(), disc, clk)
+	view := computedomain.NewView(mgr.GetCache(), disc, clk, o.driverNamespace)
 	view.PollInterval = o.cdDiscovery
 	if err := mgr.Add(view); err != nil {
 		return fmt.Errorf("adding the ComputeDomain view: %w", err)
@@ -189,9 +198,10 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		APIReader:               mgr.GetAPIReader(),
 		Clock:                   clk,
 		Recorder:                recorder,
-		Drainer:                 drain.New(mgr.GetClient(), pods, clk),
+		Drainer:                 drain.New(mgr.GetClient(), pods, clk, o.namespace),
 		Breaker:                 brk,
 		Namespace:               o.namespace,
+		DriverNamespace:         o.driverNamespace,
 		Outputs:                 job.LogReader{Clientset: clientset},
 		ComputeDomains:          view,
 		MaxConcurrentReconciles: o.workers,

@@ -6,8 +6,10 @@
 // What is kept is what the code reads, found by reading it:
 //
 //   - Pods: only the ComputeDomain daemon pods (those labelled with the
-//     domain; the drain lists and watches a node's pods on the apiserver,
-//     so that the 50,000 pods of a 5,000-node cluster stay out of memory):
+//     domain, in the DRA driver's namespace; the drain lists and watches a
+//     node's pods on the apiserver, so that the 50,000 pods of a 5,000-node
+//     cluster stay out of memory, and a tenant's pod that carries the label
+//     is not even cached: computedomain.IsDaemonPod judges the rest):
 //     name, namespace, UID, resourceVersion, labels (the Job
 //     kind, the ComputeDomain labels, PodDisruptionBudget selectors),
 //     ownerReferences (DaemonSet pods), deletionTimestamp and the rest of the
@@ -59,15 +61,17 @@ var daemonPods = func() labels.Selector {
 
 // CacheOptions returns the options of the operator's manager cache. Jobs
 // are watched only in namespace, the operator's own, so its RBAC for them
-// is a namespaced Role. Scheme and Mapper are left for the manager to fill in.
-func CacheOptions(namespace string) cache.Options {
+// is a namespaced Role; Pods only in driverNamespace, the DRA driver's,
+// where the ComputeDomain daemon pods run. Scheme and Mapper are left for
+// the manager to fill in.
+func CacheOptions(namespace, driverNamespace string) cache.Options {
 	return cache.Options{
 		// A ByObject Transform replaces DefaultTransform rather than running
 		// after it, so each of those strips managedFields itself.
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&batchv1.Job{}:                  {Namespaces: map[string]cache.Config{namespace: {}}},
-			&corev1.Pod{}:                   {Label: daemonPods, Transform: TrimPod},
+			&corev1.Pod{}:                   {Namespaces: map[string]cache.Config{driverNamespace: {}}, Label: daemonPods, Transform: TrimPod},
 			&corev1.Node{}:                  {Transform: TrimNode},
 			&gpuhealthv1alpha1.NodeHealth{}: {Transform: TrimNodeHealth},
 		},

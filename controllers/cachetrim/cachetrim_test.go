@@ -29,8 +29,9 @@ import (
 )
 
 const (
-	jobNamespace = "gpuhealth-system"
-	operator     = "gpuhealth-operator"
+	jobNamespace    = "gpuhealth-system"
+	driverNamespace = "nvidia-dra-driver-gpu"
+	operator        = "gpuhealth-operator"
 )
 
 var (
@@ -42,14 +43,19 @@ var (
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, func(e *testenv.Env) error {
 		testScheme, k8sClient, testEnv = e.Scheme, e.Client, e.Environment
-		return k8sClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobNamespace}})
+		for _, ns := range []string{jobNamespace, driverNamespace} {
+			if err := k8sClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}))
 }
 
 // startCache starts an informer cache with the operator's options.
 func startCache(t *testing.T) cache.Cache {
 	t.Helper()
-	opts := cachetrim.CacheOptions(jobNamespace)
+	opts := cachetrim.CacheOptions(jobNamespace, driverNamespace)
 	opts.Scheme = testScheme
 	c, err := cache.New(testEnv.Config, opts)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
@@ -117,7 +123,8 @@ func bigPod(name, node string) *corev1.Pod {
 // TestPodsKeepWhatTheOperatorReads: a ComputeDomain daemon pod with a large
 // spec and status round-trips through a cache with the operator's options;
 // what is left is exactly what some controller reads. A workload pod is not
-// cached at all.
+// cached at all, nor is a pod with the domain label outside the DRA
+// driver's namespace.
 func TestPodsKeepWhatTheOperatorReads(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -125,7 +132,12 @@ func TestPodsKeepWhatTheOperatorReads(t *testing.T) {
 	workload := bigPod("trainer-1", "trim-node-pod")
 	g.Expect(k8sClient.Create(ctx, workload)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), workload, client.GracePeriodSeconds(0)) })
+	lookAlike := bigPod("trainer-2", "trim-node-pod")
+	lookAlike.Labels[computedomain.NodeLabel] = "0f6b1e2a-0000-4000-8000-00000000cd01"
+	g.Expect(k8sClient.Create(ctx, lookAlike)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), lookAlike, client.GracePeriodSeconds(0)) })
 	p := bigPod("trainer-0", "trim-node-pod")
+	p.Namespace = driverNamespace
 	p.Labels[computedomain.NodeLabel] = "0f6b1e2a-0000-4000-8000-00000000cd01"
 	g.Expect(k8sClient.Create(ctx, p)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
@@ -146,9 +158,10 @@ func TestPodsKeepWhatTheOperatorReads(t *testing.T) {
 
 	got := cached(t, c, live, &corev1.Pod{})
 	pods := &corev1.PodList{}
-	g.Expect(c.List(ctx, pods, client.InNamespace("default"))).To(Succeed())
+	g.Expect(c.List(ctx, pods)).To(Succeed())
 	g.Expect(pods.Items).To(HaveLen(1), "only the daemon pod is cached")
 	g.Expect(pods.Items[0].Name).To(Equal(p.Name))
+	g.Expect(pods.Items[0].Namespace).To(Equal(driverNamespace))
 	g.Expect(got.Name).To(Equal(live.Name))
 	g.Expect(got.Namespace).To(Equal(live.Namespace))
 	g.Expect(got.UID).To(Equal(live.UID))

@@ -57,6 +57,12 @@ type Listing struct {
 // (a cluster without NVIDIA's DRA driver costs one GET per interval and
 // nothing else), then starts the informers; should the CRDs go away, it
 // stops them and forgets what it knew. Readers never call the apiserver.
+//
+// ComputeDomains are read in every namespace (a job's owners create them in
+// their own), ComputeDomainCliques only in the DRA driver's namespace,
+// where the driver keeps them: a clique elsewhere, which anyone allowed to
+// create the kind in their namespace could write, would otherwise list any
+// node as a member and hold it in a domain.
 type View struct {
 	// Cache is the manager's cache; the view adds its informers to it.
 	Cache cache.Informers
@@ -66,6 +72,10 @@ type View struct {
 	Clock clock.WithTicker
 	// PollInterval is how often discovery is asked; zero means 30 s.
 	PollInterval time.Duration
+
+	// driverNamespace is the DRA driver's namespace, the only one whose
+	// cliques are read.
+	driverNamespace string
 
 	changes chan event.GenericEvent
 
@@ -82,10 +92,11 @@ type View struct {
 	loggedAbsent bool
 }
 
-// NewView returns a view over c that asks d whether the CRDs are served.
-func NewView(c cache.Informers, d ResourceLister, clk clock.WithTicker) *View {
+// NewView returns a view over c that asks d whether the CRDs are served
+// and reads cliques in driverNamespace only.
+func NewView(c cache.Informers, d ResourceLister, clk clock.WithTicker, driverNamespace string) *View {
 	return &View{
-		Cache: c, Discovery: d, Clock: clk,
+		Cache: c, Discovery: d, Clock: clk, driverNamespace: driverNamespace,
 		changes:    make(chan event.GenericEvent, changesBuffer),
 		watching:   map[schema.GroupVersionKind]bool{},
 		domains:    map[types.UID]*Domain{},
@@ -106,8 +117,8 @@ func (v *View) NeedLeaderElection() bool { return false }
 
 // Start polls discovery until ctx ends.
 func (v *View) Start(ctx context.Context) error {
-	if v.Cache == nil || v.Discovery == nil || v.Clock == nil || v.changes == nil {
-		return errors.New("computedomain.View needs Cache, Discovery and Clock (use NewView)")
+	if v.Cache == nil || v.Discovery == nil || v.Clock == nil || v.changes == nil || v.driverNamespace == "" {
+		return errors.New("computedomain.View needs Cache, Discovery, Clock and the driver's namespace (use NewView)")
 	}
 	interval := v.PollInterval
 	if interval == 0 {
@@ -285,7 +296,7 @@ func (v *View) unwatch(ctx context.Context, gvk schema.GroupVersionKind) {
 
 func (v *View) upsert(ctx context.Context, gvk schema.GroupVersionKind, o any) {
 	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
+	if !ok || (gvk == CliqueGVK && u.GetNamespace() != v.driverNamespace) {
 		return
 	}
 	v.mu.Lock()

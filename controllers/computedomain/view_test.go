@@ -45,7 +45,7 @@ func startView(t *testing.T, g *WithT) (*View, *woken) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() { _ = c.Start(ctx) }()
-	v := NewView(c, disc, clock.RealClock{})
+	v := NewView(c, disc, clock.RealClock{}, "nvidia-dra")
 	v.PollInterval = 50 * time.Millisecond
 	w := &woken{nodes: map[string]int{}}
 	go func() {
@@ -151,9 +151,18 @@ func TestViewComesUpWhenCRDsAreInstalledLater(t *testing.T) {
 				g.Expect(v.Listed(n2)).To(BeEmpty(), "a fabric-attached entry its clique does not list has left")
 				g.Eventually(func() int { return w.count(n2) }, 10*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2), "the node that dropped out is told")
 
+				// A clique outside the driver's namespace lists nobody, not
+				// even once the driver's own clique is gone.
+				other := newClique("default", uid, "cluster.1", n1, n2, n3)
+				g.Expect(k8sClient.Create(ctx, other)).To(Succeed())
+				t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), other) })
+
 				// The clique goes: back to status.nodes.
 				g.Expect(k8sClient.Delete(ctx, cl)).To(Succeed())
 				g.Eventually(func() []string { return v.Members(uid) }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{n1, n2, n4}))
+				g.Consistently(func() []string { return v.Members(uid) }, time.Second, 50*time.Millisecond).Should(Equal([]string{n1, n2, n4}),
+					"the clique in another namespace does not replace status.nodes")
+				g.Expect(v.Listed(n3)).To(BeEmpty())
 			}
 
 			// The driver is removed: the view forgets.

@@ -113,7 +113,7 @@ func (h *harness) withComputeDomains(shape testenv.DriverShape) *cdEnv {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.t.Cleanup(cancel)
 	go func() { _ = c.Start(ctx) }()
-	v := computedomain.NewView(c, disc, clock.RealClock{})
+	v := computedomain.NewView(c, disc, clock.RealClock{}, driverNamespace)
 	v.PollInterval = 50 * time.Millisecond
 	go func() { _ = v.Start(ctx) }()
 	go func() { // the node controller's channel source, here a sink
@@ -495,6 +495,89 @@ func TestDrainWaitsForTheNodeToLeaveItsComputeDomain(t *testing.T) {
 	}
 }
 
+// lookAlikeDaemonPod creates a running pod on node that carries the
+// domain's label and a DaemonSet owner without being the driver's daemon:
+// in namespace, controlled by a DaemonSet when controller is true.
+func (e *cdEnv) lookAlikeDaemonPod(node, namespace, name string, uid types.UID, controller bool) *corev1.Pod {
+	e.h.t.Helper()
+	if err := k8sClient.Create(e.h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		e.h.g.Expect(err).NotTo(HaveOccurred())
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: namespace,
+			Labels: map[string]string{computedomain.NodeLabel: string(uid)},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "DaemonSet", Name: name, UID: types.UID(name + "-uid"), Controller: ptr.To(controller),
+			}},
+		},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "imex", Image: "imex"}}},
+	}
+	e.h.g.Expect(k8sClient.Create(e.h.ctx, pod)).To(Succeed())
+	e.h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.0.99",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	e.h.g.Expect(k8sClient.Status().Update(e.h.ctx, pod)).To(Succeed())
+	return pod
+}
+
+// TestALookAlikeDaemonPodHoldsNoNodeInItsDomain: the domain label on a pod
+// proves nothing by itself. A tenant's DaemonSet pod labelled with the
+// domain (which the drain leaves, as any DaemonSet pod), and a pod in the
+// driver's namespace that no DaemonSet controls, neither keep a drained
+// node tied to its domain once the driver's own traces are gone, nor are
+// they deleted as a dead member's stale daemon pods.
+func TestALookAlikeDaemonPodHoldsNoNodeInItsDomain(t *testing.T) {
+	for _, shape := range testenv.DriverShapes() {
+		t.Run(shape.Name, func(t *testing.T) {
+			h := newHarness(t)
+			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+				s.Recertification.SoakWindow = dur("1h")
+				s.ComputeDomain.DeadMemberGracePeriod = dur("5m")
+			})
+			e := h.withComputeDomains(shape)
+			d, clique, n := e.member()
+			tenant := e.lookAlikeDaemonPod(n, "default", h.label+"-tenant-imex", d, true)
+			unowned := e.lookAlikeDaemonPod(n, driverNamespace, h.label+"-unowned", d, false)
+			h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
+
+			// Quarantined → Draining: nothing to evict, but the driver's
+			// traces hold the node.
+			h.reconcile(n)
+			nh := h.nodeHealth(n)
+			h.g.Expect(nh.Status.Phase).To(Equal(draining))
+			h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonLeavingComputeDomain))
+			h.g.Expect(nh.Status.ComputeDomain.Traces).To(Equal(e.traces(gpuhealthv1alpha1.TraceCliqueEntry, gpuhealthv1alpha1.TraceDaemonPod, gpuhealthv1alpha1.TraceNodeLabel)))
+
+			// The driver lets go: label, daemon pod and list entry go. The
+			// look-alikes stay and do not hold the node.
+			e.unlabel(n)
+			e.removeDaemon(n, d, clique)
+			e.waitListed(n, false)
+			h.reconcile(n)
+			nh = h.nodeHealth(n)
+			h.g.Expect(nh.Status.Phase).To(Equal(recertifying), "left its domain: %s", nh.Status.Reason)
+			h.g.Expect(nh.Status.ComputeDomain.Membership).To(Equal(gpuhealthv1alpha1.MembershipLeft))
+			h.g.Expect(nh.Status.ComputeDomain.Traces).To(BeEmpty())
+
+			// Dead and fenced: the look-alikes are nobody's stale daemon.
+			h.setReady(n, corev1.ConditionUnknown, "Test")
+			nd := h.getNode(n)
+			patch := client.MergeFrom(nd.DeepCopy())
+			nd.Spec.Taints = append(nd.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+			h.g.Expect(k8sClient.Patch(h.ctx, nd, patch)).To(Succeed())
+			h.clock.Step(10 * time.Minute)
+			h.reconcile(n)
+			for _, p := range []*corev1.Pod{tenant, unowned} {
+				got := &corev1.Pod{}
+				h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(p), got)).To(Succeed())
+				h.g.Expect(got.DeletionTimestamp).To(BeNil(), "%s/%s is not deleted", p.Namespace, p.Name)
+			}
+			h.g.Expect(e.rec.on("ComputeDomain", "default", e.domainName(d))).NotTo(ContainElement(gpuhealthv1alpha1.ReasonStaleDaemonPodDeleted))
+		})
+	}
+}
+
 // TestAPreviousDomainsPodIsNoTraceOfTheNext: the node now carries domain
 // B's label while domain A's daemon pod (terminating) and clique entry are
 // still there; neither counts as a trace of B.
@@ -720,6 +803,9 @@ func (e *cdEnv) resyncDriver(uid types.UID, clique string, nodes ...string) {
 				ObjectMeta: metav1.ObjectMeta{
 					GenerateName: daemonPodName(n) + "-", Namespace: driverNamespace,
 					Labels: map[string]string{computedomain.NodeLabel: string(uid)},
+					OwnerReferences: []metav1.OwnerReference{{
+						APIVersion: "apps/v1", Kind: "DaemonSet", Name: "computedomain-daemon-" + string(uid), UID: types.UID("ds-" + string(uid)), Controller: ptr.To(true),
+					}},
 				},
 				Spec: corev1.PodSpec{NodeName: n, Containers: []corev1.Container{{Name: "imex", Image: "imex"}}},
 			}

@@ -99,6 +99,10 @@ type Reconciler struct {
 	Breaker *breaker.Breaker
 	// Namespace is where recertification and remediation Jobs run.
 	Namespace string
+	// DriverNamespace is the namespace of NVIDIA's DRA driver: only a pod
+	// there can be a ComputeDomain daemon pod (computedomain.IsDaemonPod).
+	// The manager's cache must hold the pods of this namespace.
+	DriverNamespace string
 	// Outputs reads what suite Jobs printed, for their parsers. Nil: a step
 	// whose parser needs output fails for want of it.
 	Outputs job.OutputReader
@@ -128,8 +132,8 @@ type Reconciler struct {
 // cache indexes named in gpuhealthv1alpha1, which the composition root
 // registers (controllers/index).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if r.Client == nil || r.APIReader == nil || r.Clock == nil || r.Recorder == nil || r.Drainer == nil || r.Breaker == nil || r.Namespace == "" {
-		return errors.New("nodehealth.Reconciler needs Client, APIReader, Clock, Recorder, Drainer, Breaker and Namespace")
+	if r.Client == nil || r.APIReader == nil || r.Clock == nil || r.Recorder == nil || r.Drainer == nil || r.Breaker == nil || r.Namespace == "" || r.DriverNamespace == "" {
+		return errors.New("nodehealth.Reconciler needs Client, APIReader, Clock, Recorder, Drainer, Breaker, Namespace and DriverNamespace")
 	}
 	r.storm = &stormGate{quiet: r.StormQuiet, maxHold: r.StormHoldMax}
 	if r.storm.maxHold <= 0 {

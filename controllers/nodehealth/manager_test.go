@@ -45,8 +45,8 @@ func startManager(t *testing.T) (stop func()) {
 	clk := clock.RealClock{}
 	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
-		Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk),
-		Breaker: breaker.New(), Namespace: jobNamespace, MaxConcurrentReconciles: 4,
+		Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
+		Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, MaxConcurrentReconciles: 4,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())
@@ -166,13 +166,13 @@ func TestManagerViewWakesALeavingNode(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 			g.Expect(err).NotTo(HaveOccurred())
-			view := computedomain.NewView(mgr.GetCache(), disc, clock.RealClock{})
+			view := computedomain.NewView(mgr.GetCache(), disc, clock.RealClock{}, driverNamespace)
 			g.Expect(mgr.Add(view)).To(Succeed())
 			clk := clock.RealClock{}
 			r := &Reconciler{
 				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
-				Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk),
-				Breaker: breaker.New(), Namespace: jobNamespace, ComputeDomains: view, MaxConcurrentReconciles: 4,
+				Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
+				Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, ComputeDomains: view, MaxConcurrentReconciles: 4,
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())

@@ -25,7 +25,8 @@ type observedMembership struct {
 	cliqueID string
 	// domain is the domain object, when the view knows it.
 	domain *computedomain.Domain
-	// daemonPods are the node's ComputeDomain daemon pods (cache copies).
+	// daemonPods are the node's ComputeDomain daemon pods (cache copies),
+	// only those computedomain.IsDaemonPod accepts.
 	daemonPods []*corev1.Pod
 }
 
@@ -36,7 +37,9 @@ func (m *observedMembership) member() bool { return len(m.traces) > 0 }
 // the order the driver creates them: the node label (the only one when
 // IMEX runs as a host service), the domain's daemon pod, and the entry in
 // a ComputeDomainClique or, on drivers without cliques, in the domain's
-// status.nodes.
+// status.nodes. A pod counts as the daemon pod only in the driver's
+// namespace and under a DaemonSet: a tenant's pod carrying the domain label
+// must neither keep the node a member nor be deleted as a stale daemon.
 func (r *Reconciler) observeComputeDomain(ctx context.Context, node *corev1.Node, nh *gpuhealthv1alpha1.NodeHealth) (*observedMembership, error) {
 	m := &observedMembership{}
 	if uid := node.Labels[computedomain.NodeLabel]; uid != "" {
@@ -44,11 +47,15 @@ func (r *Reconciler) observeComputeDomain(ctx context.Context, node *corev1.Node
 		m.traces = append(m.traces, gpuhealthv1alpha1.TraceNodeLabel)
 	}
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.MatchingFields{gpuhealthv1alpha1.PodNodeNameField: node.Name}, client.HasLabels{computedomain.NodeLabel}); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.DriverNamespace),
+		client.MatchingFields{gpuhealthv1alpha1.PodNodeNameField: node.Name}, client.HasLabels{computedomain.NodeLabel}); err != nil {
 		return nil, fmt.Errorf("listing daemon pods of node %s: %w", node.Name, err)
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		if !computedomain.IsDaemonPod(p, r.DriverNamespace) {
+			continue
+		}
 		podDomain := types.UID(p.Labels[computedomain.NodeLabel])
 		if m.uid == "" {
 			m.uid = podDomain

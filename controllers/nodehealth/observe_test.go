@@ -36,7 +36,7 @@ func TestObserveWritesNothing(t *testing.T) {
 		client, recorder, drainer := h.r.Client, h.r.Recorder, h.r.Drainer
 		h.r.Client = readOnly(t)
 		h.r.Recorder = noEvents{t}
-		h.r.Drainer = drain.New(readOnly(t), readOnly(t), h.clock)
+		h.r.Drainer = drain.New(readOnly(t), readOnly(t), h.clock, jobNamespace)
 		defer func() { h.r.Client, h.r.Recorder, h.r.Drainer = client, recorder, drainer }()
 		o, err := h.r.observe(h.ctx, n.Name)
 		h.g.Expect(err).NotTo(HaveOccurred())

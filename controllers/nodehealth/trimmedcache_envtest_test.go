@@ -36,7 +36,7 @@ func startTrimmedManager(t *testing.T, outputs job.OutputReader) {
 	mgr, err := ctrl.NewManager(testEnv.Config, ctrl.Options{
 		Scheme:     testScheme,
 		Client:     client.Options{FieldOwner: FieldManager},
-		Cache:      cachetrim.CacheOptions(jobNamespace),
+		Cache:      cachetrim.CacheOptions(jobNamespace, driverNamespace),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
@@ -44,8 +44,8 @@ func startTrimmedManager(t *testing.T, outputs job.OutputReader) {
 	clk := clock.RealClock{}
 	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
-		Recorder: mgr.GetEventRecorder(FieldManager), Drainer: drain.New(mgr.GetClient(), k8sClient, clk),
-		Breaker: breaker.New(), Namespace: jobNamespace, Outputs: outputs, MaxConcurrentReconciles: 4,
+		Recorder: mgr.GetEventRecorder(FieldManager), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
+		Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, Outputs: outputs, MaxConcurrentReconciles: 4,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())

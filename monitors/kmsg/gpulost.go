@@ -19,12 +19,12 @@ import (
 // which is one printk with embedded newlines: /dev/kmsg writes it as one
 // record with the newlines escaped ("\x0a"), and syslog or a journal export
 // may deliver it as three lines (three records). Joiner puts those back
-// together before Parse.
+// together before Parse. Like the XID line, the text must start the message.
 var (
-	gpuLostRuntime = regexp.MustCompile(`NVRM: GPU ([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?): GPU has fallen off the bus`)
-	gpuLostProbe   = regexp.MustCompile(`NVRM: The NVIDIA GPU ([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\s*(?:\(PCI ID: [0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}\))?\s*installed in this system has\s+fallen off the bus`)
+	gpuLostRuntime = regexp.MustCompile(`^NVRM: GPU ([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?): GPU has fallen off the bus`)
+	gpuLostProbe   = regexp.MustCompile(`^NVRM: The NVIDIA GPU ([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\s*(?:\(PCI ID: [0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}\))?\s*installed in this system has\s+fallen off the bus`)
 	// gpuLostStart is the first line of the probe text on its own.
-	gpuLostStart = regexp.MustCompile(`NVRM: The NVIDIA GPU [0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}`)
+	gpuLostStart = regexp.MustCompile(`^NVRM: The NVIDIA GPU [0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}`)
 )
 
 // unescape turns the escaped newlines of a /dev/kmsg message back into
@@ -73,7 +73,8 @@ func gpuLost(msg string) (string, string, bool) {
 // straight back; a record that starts the text is held until the records
 // that finish it arrive (then one joined record comes back) or until a
 // record that is not a continuation does (then the held records come back
-// as they were).
+// as they were). Only the kernel's own records are held or joined: a record
+// a process wrote (see Parse) neither starts nor continues the text.
 type Joiner struct {
 	held   []string
 	heldAt time.Time
@@ -85,9 +86,10 @@ const maxContinuation = 3
 // Feed takes the next record.
 func (j *Joiner) Feed(record string, now time.Time) []string {
 	line, _, _ := strings.Cut(record, "\n")
-	_, msg, err := parseHeader(line)
+	h, msg, err := parseHeader(line)
+	kernel := err == nil && h.facility == kernelFacility
 	if len(j.held) > 0 {
-		if err == nil && strings.Contains(msg, "NVRM: ") && !gpuLostStart.MatchString(msg) {
+		if kernel && strings.HasPrefix(msg, "NVRM: ") && !gpuLostStart.MatchString(msg) {
 			j.held = append(j.held, record)
 			if joined := j.joined(); joined != "" {
 				j.held = nil
@@ -100,7 +102,7 @@ func (j *Joiner) Feed(record string, now time.Time) []string {
 		}
 		return append(j.Flush(), j.Feed(record, now)...)
 	}
-	if err == nil && gpuLostStart.MatchString(msg) {
+	if kernel && gpuLostStart.MatchString(msg) {
 		if _, _, ok := gpuLost(unescape(msg)); !ok {
 			j.held, j.heldAt = []string{record}, now
 			return nil

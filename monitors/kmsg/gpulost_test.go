@@ -66,6 +66,19 @@ func TestJoinerGivesBackWhatIsNotTheGPULostText(t *testing.T) {
 	g.Expect(j.Flush()).To(Equal([]string{lostSplit[0]}))
 }
 
+func TestJoinerJoinsOnlyKernelRecords(t *testing.T) {
+	g := NewWithT(t)
+	var j Joiner
+	now := time.Now()
+	// A process's copy of the first line is not held: it comes straight back.
+	forged := "11,210,10,-;NVRM: The NVIDIA GPU 0000:b3:00.0"
+	g.Expect(j.Feed(forged, now)).To(Equal([]string{forged}))
+	// A process's record does not continue the kernel's text either.
+	g.Expect(j.Feed(lostSplit[0], now)).To(BeEmpty())
+	cont := "11,211,10,-;NVRM: (PCI ID: 10de:26b5) installed in this system has"
+	g.Expect(j.Feed(cont, now)).To(Equal([]string{lostSplit[0], cont}))
+}
+
 func TestJoinerPassesOtherRecordsStraight(t *testing.T) {
 	g := NewWithT(t)
 	var j Joiner

@@ -13,12 +13,13 @@ const (
 	resultFinding   = "finding"
 	resultIgnored   = "ignored"
 	resultMalformed = "malformed"
+	resultUserspace = "userspace"
 )
 
 var (
 	lines = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpuhealth_monitor_kmsg_lines_total",
-		Help: "Number of kernel log records read, by result: finding, ignored (not ours, or already processed before a restart) or malformed.",
+		Help: "Number of kernel log records read, by result: finding, ignored (not ours, or already processed before a restart), malformed or userspace (written by a process, never a finding).",
 	}, []string{labelResult})
 
 	overruns = prometheus.NewCounter(prometheus.CounterOpts{

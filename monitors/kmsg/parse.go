@@ -3,6 +3,7 @@ package kmsg
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,7 @@ type Kind string
 const (
 	// KindNone is a record that is not ours: any kernel line other than an
 	// NVIDIA XID or an NVSwitch SXid headline, a dictionary continuation
-	// line, or an empty line.
+	// line, an empty line, or any record a process wrote (see Parse).
 	KindNone Kind = ""
 	// KindXID is an NVIDIA driver XID line ("NVRM: Xid (PCI:…): 79, …").
 	KindXID Kind = "XID"
@@ -51,6 +52,11 @@ type Entry struct {
 	// Seq is the record's sequence number, unique and increasing within one
 	// boot. It is set whenever the record prefix was readable.
 	Seq uint64
+	// Userspace is true for a record whose syslog facility is not the
+	// kernel's: a process wrote it to /dev/kmsg. Such a record is never ours
+	// (its Kind is KindNone), whatever its message says. It is set whenever
+	// the record prefix was readable.
+	Userspace bool
 	// Timestamp is when the kernel logged the record, as time since boot
 	// (the kernel's monotonic clock, microsecond resolution).
 	Timestamp time.Duration
@@ -91,6 +97,20 @@ func empty(seq uint64, ts time.Duration) Entry {
 // start with a space, such as " SUBSYSTEM=pci") are ignored, and a
 // continuation line on its own is not ours.
 //
+// Only the kernel's own records count. Any process that may open /dev/kmsg
+// for writing (root, or a privileged container) can add a record with any
+// text, but the kernel stamps every such record with a syslog facility other
+// than 0: LOG_USER when the writer names none, and it turns a requested
+// facility 0 into LOG_USER too (devkmsg_write in kernel/printk/printk.c). So
+// a record whose facility is not 0 (LOG_KERN) is KindNone with Userspace
+// set, and its message is not read at all.
+//
+// The driver's lines start the message: "NVRM: Xid (…", "NVRM: GPU …",
+// "NVRM: The NVIDIA GPU …", and for an NVSwitch "nvidia-nvswitch3: SXid (…"
+// (the device name is optional here). A marker anywhere else in a message
+// is text some other kernel code quoted (a file name, a command line) and is
+// not ours.
+//
 // A record whose message is neither an NVRM XID line, the driver's GPU-lost
 // text nor an NVSwitch SXid headline returns KindNone and a nil error. SXid
 // detail lines (the "Severity …", "Data {…}" and "SOE HALT data[…]" lines the
@@ -109,44 +129,45 @@ func Parse(record string) (Entry, error) {
 		return empty(0, 0), err
 	}
 	e := empty(h.seq, h.timestamp)
+	if h.facility != kernelFacility {
+		e.Userspace = true
+		return e, nil
+	}
 	msg = unescape(strings.TrimRight(msg, "\r"))
 	if bus, text, ok := gpuLost(msg); ok {
 		e.Kind, e.PCIBusID, e.Text, e.Code = KindGPULost, bus, text, 79
 		return e, nil
 	}
-
-	// Whichever marker comes first decides, so that text quoted inside one
-	// kind of line cannot turn it into the other.
-	x := strings.Index(msg, xidMarker)
-	sx := sxidIndex(msg)
-	switch {
-	case sx >= 0 && (x < 0 || sx < x):
-		return parseSXid(e, msg[sx+len(sxidMarker):])
-	case x >= 0:
-		return parseXID(e, msg[x+len(xidMarker):])
+	if rest, ok := strings.CutPrefix(msg, xidMarker); ok {
+		return parseXID(e, rest)
+	}
+	if rest, ok := cutSXidHeadline(msg); ok {
+		return parseSXid(e, rest)
 	}
 	return e, nil
 }
 
-// sxidMarker starts the part of an NVSwitch line that matters; the driver
-// puts the device name ("nvidia-nvswitch3: ") before it.
-const sxidMarker = "SXid"
+// kernelFacility is the syslog facility (LOG_KERN) of the records the kernel
+// itself logs; no process can write a record with it.
+const kernelFacility = 0
 
-// sxidIndex returns where the first "SXid" that continues like an SXid line
-// (optional spaces, then the parenthesised address) starts, or -1.
-func sxidIndex(msg string) int {
-	off := 0
-	for {
-		i := strings.Index(msg[off:], sxidMarker)
-		if i < 0 {
-			return -1
-		}
-		i += off
-		if strings.HasPrefix(strings.TrimLeft(msg[i+len(sxidMarker):], " "), "(") {
-			return i
-		}
-		off = i + len(sxidMarker)
+// sxidHeadline is the start of an NVSwitch line: the driver's device name
+// ("nvidia-nvswitch3: ", printed by nvswitch_os_print), then the marker.
+var sxidHeadline = regexp.MustCompile(`^(?:nvidia-nvswitch[0-9]{1,4}: )?SXid`)
+
+// cutSXidHeadline returns what follows the marker of a message that starts
+// like an SXid line (the optional device name, "SXid", optional spaces, then
+// the parenthesised address).
+func cutSXidHeadline(msg string) (string, bool) {
+	loc := sxidHeadline.FindStringIndex(msg)
+	if loc == nil {
+		return "", false
 	}
+	rest := msg[loc[1]:]
+	if !strings.HasPrefix(strings.TrimLeft(rest, " "), "(") {
+		return "", false
+	}
+	return rest, true
 }
 
 // xidMarker starts every XID line the NVIDIA driver prints.
@@ -154,6 +175,9 @@ const xidMarker = "NVRM: Xid"
 
 // header is a record's prefix.
 type header struct {
+	// facility is the syslog facility: 0 (LOG_KERN) for the kernel's own
+	// records.
+	facility  uint64
 	seq       uint64
 	timestamp time.Duration
 }
@@ -171,7 +195,8 @@ func parseHeader(line string) (header, string, error) {
 	if len(fields) < 3 {
 		return header{}, "", fmt.Errorf("%w: record prefix %q has fewer than 3 fields", ErrMalformed, excerpt(prefix))
 	}
-	if _, err := strconv.ParseUint(fields[0], 10, 16); err != nil {
+	prio, err := strconv.ParseUint(fields[0], 10, 16)
+	if err != nil {
 		return header{}, "", fmt.Errorf("%w: record priority %q is not a number", ErrMalformed, excerpt(fields[0]))
 	}
 	seq, err := strconv.ParseUint(fields[1], 10, 64)
@@ -182,7 +207,7 @@ func parseHeader(line string) (header, string, error) {
 	if err != nil || us > uint64(maxTimestamp/time.Microsecond) {
 		return header{}, "", fmt.Errorf("%w: record timestamp %q is not a number of microseconds", ErrMalformed, excerpt(fields[2]))
 	}
-	return header{seq: seq, timestamp: time.Duration(us) * time.Microsecond}, msg, nil
+	return header{facility: prio >> 3, seq: seq, timestamp: time.Duration(us) * time.Microsecond}, msg, nil
 }
 
 // maxTimestamp is the longest uptime a record may claim, so that the

@@ -71,9 +71,62 @@ func TestParse(t *testing.T) {
 				Text: "GPU has fallen off the bus."},
 		},
 		{
-			name:   "Text before the XID marker does not matter.",
+			name:   "An XID marker after other text is not ours: the driver's line starts the message.",
 			record: "3,25,1,-;[ 1234.5678] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
-			want: Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 25, Timestamp: time.Microsecond, Kind: KindXID, PCIBusID: "0000:3b:00.0", Code: 79, Link: -1,
+			want:   Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 25, Timestamp: time.Microsecond, Link: -1},
+		},
+		{
+			name:   "An XID line quoted inside another kernel line is not ours.",
+			record: `5,26,1,-;audit: type=1400 comm="sh" cmdline="echo NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."`,
+			want:   Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 26, Timestamp: time.Microsecond, Link: -1},
+		},
+		{
+			name:   "An SXid headline after other text is not ours.",
+			record: "3,27,1,-;foo: nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+			want:   Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 27, Timestamp: time.Microsecond, Link: -1},
+		},
+		{
+			name:   "A GPU-lost text after other text is not ours.",
+			record: "3,28,1,-;foo: NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
+			want:   Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 28, Timestamp: time.Microsecond, Link: -1},
+		},
+		{
+			name:   "An SXid headline without the device name is ours.",
+			record: "3,29,1,-;SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+			want: Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 29, Timestamp: time.Microsecond, Kind: KindSXID, PCIBusID: "0000:05:00.0", Code: 20034, Flag: "Fatal", Fatal: true, Link: 30,
+				Text: "Link 30 LTSSM Fault Up"},
+		},
+		// A process that writes to /dev/kmsg gets facility 1 (LOG_USER) or
+		// the one it names, never 0: priority = facility*8 + level.
+		{
+			name:   "An XID line a process wrote (facility 1, level 3) is not ours.",
+			record: "11,90,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+			want:   Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 90, Timestamp: time.Microsecond, Link: -1, Userspace: true},
+		},
+		{
+			name:   "An XID line a process wrote at level 0 (priority 8) is not ours.",
+			record: "8,91,1,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+			want:   Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 91, Timestamp: time.Microsecond, Link: -1, Userspace: true},
+		},
+		{
+			name:   "An SXid line a process wrote with the daemon facility is not ours.",
+			record: "27,92,1,-;nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+			want:   Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 92, Timestamp: time.Microsecond, Link: -1, Userspace: true},
+		},
+		{
+			name:   "A GPU-lost text a process wrote is not ours.",
+			record: "11,93,1,-;NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
+			want:   Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 93, Timestamp: time.Microsecond, Link: -1, Userspace: true},
+		},
+		{
+			name:   "A malformed XID line a process wrote is not read at all.",
+			record: "14,94,1,-;NVRM: Xid (PCI:zz:00): seventy-nine",
+			want:   Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 94, Timestamp: time.Microsecond, Link: -1, Userspace: true},
+		},
+		{
+			name:   "A kernel XID line at debug level (priority 7) is ours.",
+			record: "7,95,1,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+			want: Entry{GPUInstance: -1, ComputeInstance: -1, Seq: 95, Timestamp: time.Microsecond, Kind: KindXID, PCIBusID: "0000:3b:00.0", Code: 79, Link: -1,
 				Text: "GPU has fallen off the bus."},
 		},
 		{
@@ -398,6 +451,10 @@ func FuzzParse(f *testing.F) {
 		"4,74,1,-;NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
 		"4,75,1,-;NVRM: Xid (PCI:0001:00:00): 79 Recommended Action=CONTACT_SUPPORT",
 		"4,76,1,-;NVRM: Xid (PCI:0000:05:00): 99999, unknown error",
+		"11,90,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+		"27,92,1,-;nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+		"3,25,1,-;[ 1234.5678] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+		"3,29,1,-;SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
 	}
 	for _, s := range seeds {
 		f.Add(s)
@@ -412,6 +469,18 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("Parse(%q) returned kind %q with an error", record, e.Kind)
 			}
 			return
+		}
+		if e.Userspace && e.Kind != KindNone {
+			t.Fatalf("Parse(%q) = %+v: a record a process wrote is ours", record, e)
+		}
+		if e.Kind != KindNone {
+			prio, _, _ := strings.Cut(record, ",")
+			if p, err := strconv.Atoi(prio); err != nil || p>>3 != 0 {
+				t.Fatalf("Parse(%q) = %+v: a record whose facility is not the kernel's is ours", record, e)
+			}
+			if _, msg, _ := strings.Cut(record, ";"); !strings.HasPrefix(msg, "NVRM: ") && !strings.HasPrefix(msg, "nvidia-nvswitch") && !strings.HasPrefix(msg, "SXid") {
+				t.Fatalf("Parse(%q) = %+v: a message that does not start with the driver's prefix is ours", record, e)
+			}
 		}
 		switch e.Kind {
 		case KindNone:

@@ -58,6 +58,10 @@ const (
 // Source reads NVIDIA XID and NVSwitch SXid lines from the kernel log and
 // reports each as a finding. It works when NVML itself is hung.
 //
+// Only the kernel's own records count (see Parse): a record a process wrote
+// to /dev/kmsg is counted (result "userspace") and never reported, so a
+// privileged container on the node cannot forge an XID.
+//
 // Findings:
 //   - XID: Source kmsg, Check XID, Component GPU with the GPU's UUID when
 //     Resolver knows the PCI bus id (the canonical bus id otherwise), Code the
@@ -373,6 +377,8 @@ func (r *run) process(rec string) {
 		if r.newShape(err) {
 			r.log.V(1).Info("Skipping malformed kernel log record; more of this shape are only counted", "err", err)
 		}
+	case e.Userspace:
+		lines.WithLabelValues(resultUserspace).Inc()
 	case e.Kind == KindNone:
 		lines.WithLabelValues(resultIgnored).Inc()
 	default:

@@ -31,6 +31,11 @@ const (
 	lineSXidOK   = "4,6,7000001,-;nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 12028, Non-fatal, Link 58 egress non-posted PRIV error (First)"
 	lineMalform  = "3,7,7000002,-;NVRM: Xid (PCI:0000:3b:00): abc, GPU has fallen off the bus."
 	lineContinue = " SUBSYSTEM=pci"
+	// lineForged is an XID line a process wrote to /dev/kmsg: the kernel
+	// gave it facility 1 (LOG_USER), priority 1*8+3.
+	lineForged = "11,8,7000003,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+	// lineQuoted carries the XID marker in the middle of another line.
+	lineQuoted = "6,9,7000004,-;audit: cmdline=\"logger NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\""
 )
 
 // fixture is a kernel log file, boot id file and state directory for one test.
@@ -225,6 +230,16 @@ func TestSourceReportsFindings(t *testing.T) {
 			}},
 		},
 		{
+			name:     "An XID line a process wrote, or one quoted inside another line, is not reported.",
+			existing: []string{lineForged, lineQuoted},
+			appended: []string{lineForged, lineQuoted, lineXID48},
+			want: []monitors.Finding{{
+				Source: gpuhealthv1alpha1.SourceKmsg, Check: gpuhealthv1alpha1.CheckXID,
+				Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "0000:86:00.0"},
+				Code:      "48", Message: "pid=99, name=train, An uncorrectable double bit error",
+			}},
+		},
+		{
 			name:     "Malformed and foreign lines between findings are skipped.",
 			existing: []string{lineXID79, lineMalform, lineOther, "garbage"},
 			appended: []string{lineXID48},
@@ -262,14 +277,16 @@ func TestSourceCounts(t *testing.T) {
 	finding0 := testutil.ToFloat64(lines.WithLabelValues(resultFinding))
 	ignored0 := testutil.ToFloat64(lines.WithLabelValues(resultIgnored))
 	malformed0 := testutil.ToFloat64(lines.WithLabelValues(resultMalformed))
+	userspace0 := testutil.ToFloat64(lines.WithLabelValues(resultUserspace))
 
-	fx := newFixture(t, lineBoot, lineMalform, "garbage", lineContinue, lineOther, lineXID79)
+	fx := newFixture(t, lineBoot, lineMalform, "garbage", lineContinue, lineOther, lineForged, lineQuoted, lineXID79)
 	r := start(t, fx.source())
 	g.Expect(r.next(g).Code).To(Equal("79"))
 
 	g.Expect(testutil.ToFloat64(lines.WithLabelValues(resultFinding)) - finding0).To(Equal(1.0))
-	g.Expect(testutil.ToFloat64(lines.WithLabelValues(resultIgnored)) - ignored0).To(Equal(3.0))
+	g.Expect(testutil.ToFloat64(lines.WithLabelValues(resultIgnored)) - ignored0).To(Equal(4.0))
 	g.Expect(testutil.ToFloat64(lines.WithLabelValues(resultMalformed)) - malformed0).To(Equal(2.0))
+	g.Expect(testutil.ToFloat64(lines.WithLabelValues(resultUserspace)) - userspace0).To(Equal(1.0))
 }
 
 func TestSourceCursor(t *testing.T) {
@@ -457,7 +474,8 @@ func TestSourceReadsDevKmsg(t *testing.T) {
 	total := func() float64 {
 		return testutil.ToFloat64(lines.WithLabelValues(resultFinding)) +
 			testutil.ToFloat64(lines.WithLabelValues(resultIgnored)) +
-			testutil.ToFloat64(lines.WithLabelValues(resultMalformed))
+			testutil.ToFloat64(lines.WithLabelValues(resultMalformed)) +
+			testutil.ToFloat64(lines.WithLabelValues(resultUserspace))
 	}
 	before := total()
 	state := t.TempDir()

@@ -62,6 +62,9 @@ type Drainer struct {
 	// pods lists and watches pods on the apiserver, never from a cache.
 	pods  client.WithWatch
 	clock clock.PassiveClock
+	// jobNamespace is where gpuhealth creates its Jobs: only pods there can
+	// be its Job pods (isOwnJobPod).
+	jobNamespace string
 	// watches wakes the nodes being drained when their pods leave.
 	watches *podWatches
 
@@ -80,18 +83,22 @@ type Drainer struct {
 
 // New returns a Drainer that reads and writes through c, lists and watches
 // pods through pods (a client without a cache: the operator caches no
-// workload pods) and takes the time from clk. Until Start runs, no pod
-// watch wakes a drained node; its passes still see every pod.
-func New(c client.Client, pods client.WithWatch, clk clock.PassiveClock) *Drainer {
+// workload pods) and takes the time from clk. jobNamespace is the namespace
+// gpuhealth creates its Jobs in (the operator's): the pods of those Jobs
+// stay on a drained node and do not make it busy, and a pod elsewhere is
+// never taken for one of them. Until Start runs, no pod watch wakes a
+// drained node; its passes still see every pod.
+func New(c client.Client, pods client.WithWatch, clk clock.PassiveClock, jobNamespace string) *Drainer {
 	return &Drainer{
-		client:   c,
-		pods:     pods,
-		clock:    clk,
-		watches:  newPodWatches(pods, clk),
-		limiter:  rate.NewLimiter(defaultEvictionsPerSecond, defaultEvictionsPerSecond),
-		inFlight: newGate(defaultMaxConcurrentEvictions),
-		budgets:  newLedger(),
-		pacers:   newBudgetPacers(),
+		client:       c,
+		pods:         pods,
+		clock:        clk,
+		jobNamespace: jobNamespace,
+		watches:      newPodWatches(pods, clk),
+		limiter:      rate.NewLimiter(defaultEvictionsPerSecond, defaultEvictionsPerSecond),
+		inFlight:     newGate(defaultMaxConcurrentEvictions),
+		budgets:      newLedger(),
+		pacers:       newBudgetPacers(),
 	}
 }
 
@@ -209,7 +216,7 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 	now := d.clock.Now()
 	chain := []podFilter{
 		skipDaemonSetPods,
-		skipRemediationJobPods,
+		skipOwnJobPods(d.jobNamespace),
 		skipMirrorPods,
 		skipFinishedPods,
 		skipNamespaces(spec.SkipNamespaces),
@@ -379,14 +386,14 @@ func (d *Drainer) do(ctx, admitCtx context.Context, t task) outcome {
 
 // Workloads lists the pods on the node that a drain with spec would remove
 // (namespace/name, sorted): running pods that are not DaemonSet, mirror or
-// gpuhealth Job pods and not in spec.skipNamespaces, whatever their drain
+// gpuhealth Job pods (isOwnJobPod) and not in spec.skipNamespaces, whatever their drain
 // mode. A node with any is in use.
 func (d *Drainer) Workloads(ctx context.Context, node string, spec gpuhealthv1alpha1.DrainSpec) ([]string, error) {
 	pods := &corev1.PodList{}
 	if err := d.pods.List(ctx, pods, client.MatchingFields{NodeNameField: node}); err != nil {
 		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
-	chain := []podFilter{skipDaemonSetPods, skipRemediationJobPods, skipMirrorPods, skipFinishedPods, skipNamespaces(spec.SkipNamespaces)}
+	chain := []podFilter{skipDaemonSetPods, skipOwnJobPods(d.jobNamespace), skipMirrorPods, skipFinishedPods, skipNamespaces(spec.SkipNamespaces)}
 	var out []string
 	for i := range pods.Items {
 		pod := &pods.Items[i]

@@ -3,6 +3,7 @@ package drain_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,10 @@ import (
 // epoch is where every test's fake clock starts.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// operatorNamespace is where gpuhealth creates its Jobs, for the tests
+// that have none; those that do make a namespace of their own.
+const operatorNamespace = "gpuhealth-system"
+
 func TestDrainEvictsPodsAndIsDoneOnceTheKubeletRemovesThem(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t, nil)
@@ -36,7 +41,7 @@ func TestDrainEvictsPodsAndIsDoneOnceTheKubeletRemovesThem(t *testing.T) {
 	for _, name := range []string{"a", "b", "c"} {
 		newPod(t, ns, name, node)
 	}
-	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch), operatorNamespace)
 
 	// First pass: all three evictions accepted; the pods are terminating but still there.
 	res, err := d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
@@ -66,7 +71,7 @@ func TestDrainReportsAPodBlockedByAPodDisruptionBudgetUntilTheBudgetAllowsIt(t *
 	newPod(t, ns, "web-0", node, withLabels(map[string]string{"app": "web"}), running())
 	pdb := newPDB(t, ns, "web", map[string]string{"app": "web"})
 	setDisruptionsAllowed(t, pdb, 0)
-	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch), operatorNamespace)
 
 	res, err := d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -98,7 +103,7 @@ func TestDrainSendsNoEvictionTheBudgetAlreadyRefuses(t *testing.T) {
 	}
 	pdb := newPDB(t, ns, "web", map[string]string{"app": "web"})
 	setDisruptionsAllowed(t, pdb, 1)
-	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch), operatorNamespace)
 
 	// The budget allows one disruption: one eviction is sent, the other two
 	// are refused here without a request (which would only be answered 429
@@ -126,14 +131,15 @@ func TestDrainLeavesDaemonSetMirrorOwnJobAndSkippedNamespacePodsAloneAndUncounte
 	g := NewWithT(t)
 	ns := newNamespace(t, nil)
 	skipped := newNamespace(t, nil)
+	own := newNamespace(t, nil)
 	node := ns + "-node"
 	newPod(t, ns, "ds", node, withOwner("apps/v1", "DaemonSet", "gpu-monitor"))
 	newPod(t, ns, "mirror", node, withAnnotations(map[string]string{corev1.MirrorPodAnnotationKey: "abc"}))
 	newPod(t, skipped, "system", node)
-	newPod(t, ns, "recert", node, withOwner("batch/v1", "Job", "gpuhealth-recert-x-1"), withLabels(map[string]string{job.KindLabel: string(job.Recertification)}))
+	newPod(t, own, "recert", node, withOwner("batch/v1", "Job", "gpuhealth-recert-x-1"), withLabels(map[string]string{job.KindLabel: string(job.Recertification)}))
 	newPod(t, ns, "job", node, withOwner("batch/v1", "Job", "train"))
 	spec := gpuhealthv1alpha1.DrainSpec{SkipNamespaces: []string{skipped}}
-	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch), own)
 
 	res, err := d.Drain(t.Context(), node, spec, epoch)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -141,7 +147,7 @@ func TestDrainLeavesDaemonSetMirrorOwnJobAndSkippedNamespacePodsAloneAndUncounte
 	g.Expect(getPod(t, ns, "ds").DeletionTimestamp).To(BeNil())
 	g.Expect(getPod(t, ns, "mirror").DeletionTimestamp).To(BeNil())
 	g.Expect(getPod(t, skipped, "system").DeletionTimestamp).To(BeNil())
-	g.Expect(getPod(t, ns, "recert").DeletionTimestamp).To(BeNil(), "gpuhealth's own Job pods stay")
+	g.Expect(getPod(t, own, "recert").DeletionTimestamp).To(BeNil(), "gpuhealth's own Job pods stay")
 	g.Expect(getPod(t, ns, "job").DeletionTimestamp).NotTo(BeNil())
 
 	// With the one pod that had to leave gone, the node is drained although the others stay.
@@ -152,6 +158,59 @@ func TestDrainLeavesDaemonSetMirrorOwnJobAndSkippedNamespacePodsAloneAndUncounte
 	g.Expect(res.Total).To(Equal(0))
 }
 
+// TestDrainTakesOnlyPodsOfJobsInTheOperatorsNamespaceForItsOwn: the Job
+// kind label proves nothing by itself, since anyone may put it on a pod of
+// their own; only a pod in the operator's namespace, controlled by a Job,
+// is one of gpuhealth's Job pods. Every look-alike is evicted and keeps a
+// node from counting as empty.
+func TestDrainTakesOnlyPodsOfJobsInTheOperatorsNamespaceForItsOwn(t *testing.T) {
+	g := NewWithT(t)
+	tenant := newNamespace(t, nil)
+	own := newNamespace(t, nil)
+	node := tenant + "-node"
+	label := withLabels(map[string]string{job.KindLabel: string(job.Recertification)})
+	newPod(t, own, "recert", node, withOwner("batch/v1", "Job", "gpuhealth-recert-x-1"), label)
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch), own)
+
+	// With only gpuhealth's own Job pod on it, the node counts as empty.
+	g.Expect(d.Workloads(t.Context(), node, gpuhealthv1alpha1.DrainSpec{})).To(BeEmpty())
+
+	newPod(t, tenant, "tenant-job", node, withOwner("batch/v1", "Job", "gpuhealth-recert-x-1"), label)
+	newPod(t, tenant, "tenant-bare", node, label)
+	newPod(t, own, "no-owner", node, label)
+	newPod(t, own, "replicaset", node, withOwner("apps/v1", "ReplicaSet", "web-5d8f"), label)
+	newPod(t, own, "other-job-kind", node, withOwner("example.com/v1", "Job", "lookalike"), label)
+	newPod(t, own, "unlabelled", node, withOwner("batch/v1", "Job", "someone-elses"))
+	lookAlikes := []string{
+		own + "/no-owner", own + "/other-job-kind", own + "/replicaset", own + "/unlabelled",
+		tenant + "/tenant-bare", tenant + "/tenant-job",
+	}
+	slices.Sort(lookAlikes)
+
+	g.Expect(d.Workloads(t.Context(), node, gpuhealthv1alpha1.DrainSpec{})).To(Equal(lookAlikes),
+		"the look-alikes keep the node from counting as empty")
+	res, err := d.Drain(t.Context(), node, gpuhealthv1alpha1.DrainSpec{}, epoch)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(drain.Result{Total: 6, Remaining: 6, Evicted: 6}))
+	for _, p := range lookAlikes {
+		ns, name, _ := strings.Cut(p, "/")
+		g.Expect(getPod(t, ns, name).DeletionTimestamp).NotTo(BeNil(), "%s is evicted", p)
+	}
+	g.Expect(getPod(t, own, "recert").DeletionTimestamp).To(BeNil(), "gpuhealth's own Job pod stays")
+}
+
+// TestDrainTakesNoPodForItsOwnWithoutANamespace: a Drainer that was given
+// no Job namespace leaves no pod alone for its labels.
+func TestDrainTakesNoPodForItsOwnWithoutANamespace(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-node"
+	newPod(t, ns, "recert", node, withOwner("batch/v1", "Job", "gpuhealth-recert-x-1"), withLabels(map[string]string{job.KindLabel: string(job.Recertification)}))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch), "")
+
+	g.Expect(d.Workloads(t.Context(), node, gpuhealthv1alpha1.DrainSpec{})).To(Equal([]string{ns + "/recert"}))
+}
+
 func TestDrainWaitsForPodsInAWaitForCompletionNamespaceToFinish(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t, nil)
@@ -160,7 +219,7 @@ func TestDrainWaitsForPodsInAWaitForCompletionNamespaceToFinish(t *testing.T) {
 	spec := gpuhealthv1alpha1.DrainSpec{Namespaces: []gpuhealthv1alpha1.NamespaceDrain{
 		{Namespace: ns, Mode: gpuhealthv1alpha1.DrainWaitForCompletion},
 	}}
-	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch), operatorNamespace)
 
 	res, err := d.Drain(t.Context(), node, spec, epoch)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -187,7 +246,7 @@ func TestDrainDeletesABlockedPodOnceItsDeleteAfterTimeoutExpires(t *testing.T) {
 		{Namespace: ns, Mode: gpuhealthv1alpha1.DrainDeleteAfterTimeout, Timeout: ptr.To(gpuhealthv1alpha1.Duration("10m"))},
 	}}
 	clk := clocktesting.NewFakeClock(epoch)
-	d := drain.New(k8sClient, k8sClient, clk)
+	d := drain.New(k8sClient, k8sClient, clk, operatorNamespace)
 	startedAt := clk.Now()
 
 	// Before the timeout the pod is evicted like any other, and the budget refuses.
@@ -230,7 +289,7 @@ func TestDrainReportsAPodBlockedPastTheDrainTimeoutAndLeavesItWithOnTimeoutWait(
 	setDisruptionsAllowed(t, pdb, 0)
 	spec := gpuhealthv1alpha1.DrainSpec{Timeout: ptr.To(gpuhealthv1alpha1.Duration("10m")), OnTimeout: gpuhealthv1alpha1.DrainTimeoutWait}
 	clk := clocktesting.NewFakeClock(epoch)
-	d := drain.New(k8sClient, k8sClient, clk)
+	d := drain.New(k8sClient, k8sClient, clk, operatorNamespace)
 	startedAt := clk.Now()
 
 	// Just before the timeout the pod is only blocked.
@@ -280,7 +339,7 @@ func TestDrainDeletesAPodBlockedPastTheDrainTimeoutWithOnTimeoutDelete(t *testin
 	setDisruptionsAllowed(t, newPDB(t, ns, "web", map[string]string{"app": "web"}), 0)
 	spec := gpuhealthv1alpha1.DrainSpec{Timeout: ptr.To(gpuhealthv1alpha1.Duration("10m")), OnTimeout: gpuhealthv1alpha1.DrainTimeoutDelete}
 	clk := clocktesting.NewFakeClock(epoch)
-	d := drain.New(k8sClient, k8sClient, clk)
+	d := drain.New(k8sClient, k8sClient, clk, operatorNamespace)
 	startedAt := clk.Now()
 
 	clk.Step(10*time.Minute - time.Second)
@@ -326,7 +385,7 @@ func TestDrainTimesOutAWaitForCompletionPodAtItsNamespaceTimeout(t *testing.T) {
 				},
 			}
 			clk := clocktesting.NewFakeClock(epoch)
-			d := drain.New(k8sClient, k8sClient, clk)
+			d := drain.New(k8sClient, k8sClient, clk, operatorNamespace)
 			startedAt := clk.Now()
 
 			// Before the timeout the pod is waited for, and nothing has timed out.
@@ -384,7 +443,7 @@ func TestDrainTimesOutEachNamespaceAtItsOwnTimeoutOverridingTheDrainTimeout(t *t
 		},
 	}
 	clk := clocktesting.NewFakeClock(epoch)
-	d := drain.New(k8sClient, k8sClient, clk)
+	d := drain.New(k8sClient, k8sClient, clk, operatorNamespace)
 	startedAt := clk.Now()
 
 	// The shorter namespace timeout goes first.
@@ -422,7 +481,7 @@ func TestDrainListsTenTimedOutPodsSortedAndCountsTheRest(t *testing.T) {
 	}
 	spec := gpuhealthv1alpha1.DrainSpec{DefaultMode: gpuhealthv1alpha1.DrainWaitForCompletion}
 	clk := clocktesting.NewFakeClock(epoch)
-	d := drain.New(k8sClient, k8sClient, clk)
+	d := drain.New(k8sClient, k8sClient, clk, operatorNamespace)
 	startedAt := clk.Now()
 
 	// The default drain timeout is an hour.
@@ -457,7 +516,7 @@ func TestDrainChoosesTheModeByNamespaceLabels(t *testing.T) {
 			Mode:              gpuhealthv1alpha1.DrainWaitForCompletion,
 		},
 	}}
-	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch), operatorNamespace)
 
 	res, err := d.Drain(t.Context(), node, spec, epoch)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -476,7 +535,7 @@ func TestDrainSpreadsEvictionsOverPassesAtTheConfiguredRate(t *testing.T) {
 		newPod(t, ns, name, node)
 	}
 	spec := gpuhealthv1alpha1.DrainSpec{EvictionsPerSecond: 1}
-	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch), operatorNamespace)
 
 	// One token a second: a pass gets the token in the bucket and perhaps the
 	// next one, never all five.
@@ -688,7 +747,7 @@ func TestDrainSpacesTheEvictionsUnderOneBudget(t *testing.T) {
 			return c.SubResource(subResource).Create(ctx, obj, sub, opts...)
 		},
 	})
-	d := drain.New(c, c, clocktesting.NewFakeClock(epoch))
+	d := drain.New(c, c, clocktesting.NewFakeClock(epoch), operatorNamespace)
 	// A slow machine may leave some pods for a later pass.
 	evicted := 0
 	g.Eventually(func(g Gomega) {

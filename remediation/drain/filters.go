@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,14 +80,41 @@ func skipDaemonSetPods(_ context.Context, pod *corev1.Pod) (decision, error) {
 	return decision{}, nil
 }
 
-// skipRemediationJobPods keeps the pods of gpuhealth's own reset, reboot and
-// recertification Jobs: they run on the quarantined node on purpose, and
-// evicting one would fail the step it carries out.
-func skipRemediationJobPods(_ context.Context, pod *corev1.Pod) (decision, error) {
-	if _, ok := pod.Labels[job.KindLabel]; ok {
-		return decision{verdict: skip}, nil
+// skipOwnJobPods keeps the pods of gpuhealth's own reset, reboot and
+// recertification Jobs, which run in namespace: they run on the
+// quarantined node on purpose, and evicting one would fail the step it
+// carries out.
+func skipOwnJobPods(namespace string) podFilter {
+	return func(_ context.Context, pod *corev1.Pod) (decision, error) {
+		if isOwnJobPod(pod, namespace) {
+			return decision{verdict: skip}, nil
+		}
+		return decision{}, nil
 	}
-	return decision{}, nil
+}
+
+// isOwnJobPod reports whether pod belongs to one of gpuhealth's own Jobs,
+// which it creates in namespace (the operator's): the pod is in that
+// namespace, carries the Job kind label gpuhealth puts on every Job's pod
+// template, and its controller is a batch/v1 Job. An empty namespace
+// matches no pod.
+//
+// The label alone proves nothing: anyone who may create pods anywhere can
+// set it, and a tenant can run a Job of its own. The namespace is what the
+// decision rests on: only the install's administrators may create pods or
+// Jobs in the operator's namespace, and whoever may create a pod there can
+// already run it as the operator's ServiceAccount, which is more than a pod
+// the drain leaves alone gets. So the Job itself is not read: that would
+// cost a request per pod and prove nothing the namespace does not.
+func isOwnJobPod(pod *corev1.Pod, namespace string) bool {
+	if namespace == "" || pod.Namespace != namespace {
+		return false
+	}
+	if _, ok := pod.Labels[job.KindLabel]; !ok {
+		return false
+	}
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && ref.Kind == "Job" && ref.APIVersion == batchv1.SchemeGroupVersion.String()
 }
 
 // skipMirrorPods keeps mirror pods: they stand for static pods the kubelet

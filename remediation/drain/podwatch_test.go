@@ -25,7 +25,7 @@ func TestDrainWakesTheNodeWhenItsPodsLeave(t *testing.T) {
 	newPod(t, ns, "a", node)
 	newPod(t, ns, "b", node)
 	newPod(t, ns, "elsewhere", other)
-	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch))
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(epoch), operatorNamespace)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- d.Start(ctx) }()
