@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,8 +11,11 @@ import (
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	prom "github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/monitors/spool"
@@ -138,4 +142,62 @@ func TestAForeignObjectUnderTheNameIsLoggedAndTheFindingWrittenUnderAnAlternate(
 			g.Expect(after.Status.Count).To(BeZero())
 		})
 	}
+}
+
+// withOwnNodePolicy makes the pipeline's client refuse, as the own-node
+// admission policy does, a status write to an event about another node
+// than node.
+func withOwnNodePolicy(t *testing.T, node string) harnessOption {
+	t.Helper()
+	c, err := client.NewWithWatch(restConfig, client.Options{Scheme: testScheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	funcs := interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			cur := &gpuhealthv1alpha1.NodeHealthEvent{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur); err == nil && cur.Spec.NodeName != node {
+				return apierrors.NewForbidden(schema.GroupResource{Group: gpuhealthv1alpha1.GroupVersion.Group, Resource: "nodehealthevents"},
+					obj.GetName(), fmt.Errorf("gpuhealth-monitor on node %s may only write NodeHealthEvents about its own node, not %s", node, cur.Spec.NodeName))
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	}
+	return func(o *Options) { o.Client = interceptor.NewClient(c, funcs) }
+}
+
+// TestAnObjectReplacedByAnotherNodesIsReadAgain: the finding's object is
+// deleted (garbage-collected after it resolved) and created again by
+// someone else, about another node, before the next repeat. The status
+// write the agent makes from the count it knew is refused; it reads the
+// name again, finds it taken and writes under an alternate name.
+func TestAnObjectReplacedByAnotherNodesIsReadAgain(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	const node = "node-replaced"
+	log := &errorLog{}
+	h := start(t, node, t.TempDir(), nil, withLog(log), withOwnNodePolicy(t, node))
+	f := xidFinding("GPU-replaced", "79")
+	h.p.Report(f)
+	g.Eventually(h.event(f)).Should(count(1))
+	g.Eventually(h.p.Pending).Should(BeZero())
+
+	own := h.event(f)(g)
+	g.Expect(admin.Delete(ctx, own)).To(Succeed())
+	foreign := &gpuhealthv1alpha1.NodeHealthEvent{ObjectMeta: metav1.ObjectMeta{Name: own.Name}, Spec: own.Spec}
+	foreign.Spec.NodeName = "node-squatter"
+	g.Eventually(func() error { return admin.Create(ctx, foreign) }).Should(Succeed())
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), foreign) })
+
+	h.p.Report(f)
+	alternate := own.Spec.AlternateEventName(own.Name, 1)
+	got := &gpuhealthv1alpha1.NodeHealthEvent{}
+	g.Eventually(func(g Gomega) int64 {
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: alternate}, got)).To(Succeed())
+		return got.Status.Count
+	}).Should(Equal(int64(1)), "the repeat arrives under the alternate name")
+	g.Expect(got.Spec).To(Equal(own.Spec))
+	g.Expect(log.lines()).To(HaveLen(1))
+	g.Expect(errors.Is(log.lines()[0].err, errNameTaken)).To(BeTrue())
+	g.Eventually(h.p.Pending).Should(BeZero())
 }
