@@ -114,8 +114,7 @@ func testRecertificationFailsTwice(t *testing.T) {
 	g.Consistently(func(g Gomega) bool { return quarantined(g, "gpu-node-2") }, 2*time.Second).Should(BeTrue(), "Failed stays cordoned")
 
 	patchPolicy(t, passing)
-	kubectl(t, "patch", "nodehealth", "gpu-node-2", "--type", "merge", "-p",
-		`{"spec":{"request":{"action":"Release","id":"e2e-release-1","reason":"GPU swapped by the e2e suite","requestedBy":"e2e"}}}`)
+	request(t, "gpu-node-2", "Release", "e2e-release-1", "GPU swapped by the e2e suite")
 	g.Eventually(phase("gpu-node-2")).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	// The uncordon follows the status write that says Healthy.
 	g.Eventually(func(g Gomega) bool { return quarantined(g, "gpu-node-2") }).Should(BeFalse())

@@ -68,10 +68,12 @@ func goodput(g Gomega) float64 {
 	return 1 - sum(operatorSamples(g, "gpuhealth_node_gpus_out_of_service"))/managed
 }
 
+// request writes a manual request with kubectl patch, in the name of the
+// suite's user, as the admission policy on requests wants.
 func request(t *testing.T, node, action, id, reason string) {
 	t.Helper()
 	kubectl(t, "patch", "nodehealth", node, "--type", "merge", "-p",
-		fmt.Sprintf(`{"spec":{"request":{"action":%q,"id":%q,"reason":%q,"requestedBy":"e2e"}}}`, action, id, reason))
+		fmt.Sprintf(`{"spec":{"request":{"action":%q,"id":%q,"reason":%q,"requestedBy":%q}}}`, action, id, reason, whoami(t)))
 }
 
 // testMaintenanceDrainedUnderBudgetAndReturned: two nodes asked into

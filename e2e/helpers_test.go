@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,6 +88,16 @@ func kubectl(t *testing.T, args ...string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// whoami is the user name the suite's kubeconfig authenticates as.
+func whoami(t *testing.T) string {
+	t.Helper()
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := env.Cluster.Client.Create(ctx, review); err != nil {
+		t.Fatalf("asking the apiserver who the suite is: %v", err)
+	}
+	return review.Status.UserInfo.Username
 }
 
 func patchPolicy(t *testing.T, patch string) {

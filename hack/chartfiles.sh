@@ -2,19 +2,20 @@
 # Copies the manifests config/ is the source of into the Helm chart's files/
 # folder, which the chart's templates read: the CRDs and the operator's RBAC
 # (generated from the Go markers), the agent's ClusterRole, IMEX Role and
-# admission policy, the alerts, PodMonitors and the Grafana dashboard.
+# admission policy, the manual requests' admission policy, the alerts, PodMonitors and the Grafana dashboard.
 # `make generate` runs it; `make verify-generated` fails when the copies
 # are stale. Never edit charts/gpuhealth/files by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=charts/gpuhealth/files
-rm -rf "$out/crds" "$out/rbac" "$out/prometheus" "$out/grafana" "$out/admission_policy.yaml"
+rm -rf "$out/crds" "$out/rbac" "$out/prometheus" "$out/grafana" "$out/admission_policy.yaml" "$out/request_policy.yaml"
 mkdir -p "$out/crds" "$out/rbac" "$out/prometheus" "$out/grafana"
 cp config/crd/*.yaml "$out/crds/"
 cp config/rbac/role.yaml "$out/rbac/operator-role.yaml"
 cp config/monitor/role.yaml "$out/rbac/monitor-role.yaml"
 { cat config/monitor/imex/role.yaml; echo "---"; cat config/monitor/imex/role_binding.yaml; } > "$out/rbac/monitor-imex.yaml"
 cp config/monitor/admission_policy.yaml "$out/admission_policy.yaml"
+cp config/nodehealth/request_policy.yaml "$out/request_policy.yaml"
 cp config/prometheus/podmonitors.yaml config/prometheus/rules.yaml "$out/prometheus/"
 cp config/grafana/gpuhealth-dashboard.json "$out/grafana/"
 

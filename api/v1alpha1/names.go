@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"strings"
 )
 
@@ -11,6 +12,9 @@ import (
 // about a million distinct findings on that node (the operator bounds events
 // per node far below that).
 const eventNameHashLen = 10
+
+// maxNameLen is the length of a DNS subdomain, the longest object name.
+const maxNameLen = 253
 
 // EventName returns the deterministic name of the NodeHealthEvent for a
 // finding. Every producer of the same finding (same node, source, check,
@@ -21,15 +25,45 @@ const eventNameHashLen = 10
 // The name is "<node>-<source>-<check>-<hash>" in lowercase, with the node part
 // shortened when needed so that the whole fits the 253 characters of a DNS
 // subdomain; the hash covers every identity field, so shortening never merges
-// two findings.
+// two findings. The monitor's admission policy
+// (config/monitor/admission_policy.yaml) admits a monitor's create only under
+// a name of this shape for the node its token is bound to, or of
+// AlternateEventName's.
 func EventName(nodeName string, source Source, check Check, componentID, code string) string {
-	sum := sha256.Sum256([]byte(strings.Join([]string{nodeName, string(source), string(check), componentID, code}, "\x00")))
-	suffix := "-" + strings.ToLower(string(source)) + "-" + strings.ToLower(string(check)) + "-" + hex.EncodeToString(sum[:])[:eventNameHashLen]
+	return eventName(nodeName, source, check, hash(nodeName, string(source), string(check), componentID, code))
+}
+
+// AlternateEventName returns the n-th (from 1) name a finding falls back to
+// when the object under its name, EventName's or VerdictEventName's, is
+// another finding's: name with "-<hash>" added, the hash covering name and
+// n, and the node part shortened further when needed to fit. It has the
+// same "<node>-<source>-<check>-" start as name, so the monitor's admission
+// policy admits it for the same node.
+func (s *NodeHealthEventSpec) AlternateEventName(name string, n int) string {
+	tail := name
+	if i := strings.LastIndexByte(name, '-'); i >= 0 {
+		tail = name[i+1:]
+	}
+	return eventName(s.NodeName, s.Source, s.Check, tail+"-"+hash(name, strconv.Itoa(n)))
+}
+
+// eventName is "<node>-<source>-<check>-<tail>" in lowercase, with the node
+// part cut (and stripped of the '.' and '-' the cut leaves at its end) so
+// that the whole fits a DNS subdomain.
+func eventName(nodeName string, source Source, check Check, tail string) string {
+	suffix := "-" + strings.ToLower(string(source)) + "-" + strings.ToLower(string(check)) + "-" + tail
 	node := strings.ToLower(nodeName)
-	if limit := 253 - len(suffix); len(node) > limit {
+	if limit := maxNameLen - len(suffix); len(node) > limit {
 		node = strings.TrimRight(node[:limit], ".-")
 	}
 	return node + suffix
+}
+
+// hash is the first eventNameHashLen hex digits of the SHA-256 of fields
+// joined by NUL.
+func hash(fields ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(fields, "\x00")))
+	return hex.EncodeToString(sum[:])[:eventNameHashLen]
 }
 
 // EventName returns the deterministic name of the NodeHealthEvent that records this finding.

@@ -60,3 +60,39 @@ func TestEventName(t *testing.T) {
 		g.Expect(gpuhealthv1alpha1.EventName("GPU-Node.Example", "nvml", "XID", "", "79")).To(HavePrefix("gpu-node.example-"))
 	})
 }
+
+func TestAlternateEventName(t *testing.T) {
+	long := strings.Repeat("a", 62) + "." + strings.Repeat("b", 62) + "." + strings.Repeat("c", 62) + "." + strings.Repeat("d", 50)
+	cases := []struct {
+		name string
+		spec gpuhealthv1alpha1.NodeHealthEventSpec
+	}{
+		{
+			name: "a finding of a node with a short name",
+			spec: gpuhealthv1alpha1.NodeHealthEventSpec{NodeName: "gpu-node-1", Source: "nvml", Check: "XID", Component: gpuhealthv1alpha1.Component{ID: "GPU-1"}, Code: "79"},
+		},
+		{
+			name: "a finding of a node whose name fills the event name",
+			spec: gpuhealthv1alpha1.NodeHealthEventSpec{NodeName: long, Source: "recertification", Check: "Recertification", Code: "DCGM_DIAG_FAILED"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			name := tc.spec.EventName()
+			first, second := tc.spec.AlternateEventName(name, 1), tc.spec.AlternateEventName(name, 2)
+			g.Expect(tc.spec.AlternateEventName(name, 1)).To(Equal(first), "the same every time")
+			g.Expect(first).NotTo(Equal(name))
+			g.Expect(second).NotTo(Equal(first))
+			for _, n := range []string{first, second} {
+				g.Expect(validation.IsDNS1123Subdomain(n)).To(BeEmpty(), n)
+				g.Expect(n).To(MatchRegexp(`-%s-%s-[0-9a-f]{10}-[0-9a-f]{10}$`, tc.spec.Source, strings.ToLower(string(tc.spec.Check))))
+				g.Expect(n).To(HaveSuffix(name[len(name)-10:]+n[len(n)-11:]), "the finding's hash, then the alternate's")
+				node := n[:len(n)-len("-"+string(tc.spec.Source)+"-"+strings.ToLower(string(tc.spec.Check)))-22]
+				g.Expect(tc.spec.NodeName).To(HavePrefix(node), "the node part is the node's name or its start")
+			}
+			verdict := tc.spec.VerdictEventName()
+			g.Expect(tc.spec.AlternateEventName(verdict, 1)).NotTo(Equal(first), "the alternates of the verdict name are its own")
+		})
+	}
+}

@@ -49,8 +49,11 @@ type ManualRequest struct {
 	// +kubebuilder:validation:MaxLength=512
 	Reason string `json:"reason,omitempty"`
 
-	// requestedBy names who asked (a person or a ticket system). The operator
-	// also records the field manager that wrote the request.
+	// requestedBy names who asked: the user name the apiserver authenticates
+	// the writer of the request as (kubectl auth whoami shows it). The
+	// install's admission policy refuses a request that names anyone else,
+	// and kubectl gpuhealth fills it in. The operator also records the field
+	// manager that wrote the request.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	RequestedBy string `json:"requestedBy,omitempty"`

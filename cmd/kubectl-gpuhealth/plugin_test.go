@@ -12,12 +12,20 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
@@ -28,11 +36,48 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 var env *testenv.Env
 
+// alice is a user (client certificate, cluster-admin) the plugin runs as.
+var alice *rest.Config
+
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, func(e *testenv.Env) error {
 		env = e
-		return fleet(context.Background(), e.Client)
+		ctx := context.Background()
+		if err := fleet(ctx, e.Client); err != nil {
+			return err
+		}
+		user, err := e.Environment.AddUser(envtest.User{Name: "alice", Groups: []string{"system:masters"}}, nil)
+		if err != nil {
+			return fmt.Errorf("adding user alice: %w", err)
+		}
+		alice = user.Config()
+		return installRequestPolicy(ctx, e.Client)
 	}))
+}
+
+// installRequestPolicy applies the chart's admission policy on manual
+// requests, so that the plugin's writes meet it, and waits until the
+// apiserver enforces it (it loads policies from an informer).
+func installRequestPolicy(ctx context.Context, c client.Client) error {
+	data, err := os.ReadFile(filepath.Join("..", "..", "charts", "gpuhealth", "files", "request_policy.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+			return fmt.Errorf("decoding the request policy: %w", err)
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			return fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	// A server-side dry run goes through admission and changes nothing.
+	probe := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"request":{"action":"Recertify","id":"probe","requestedBy":"nobody"}}}`))
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := c.Patch(ctx, &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0"}}, probe, client.DryRunAll)
+		return apierrors.IsForbidden(err), nil
+	})
 }
 
 // now is the fixture fleet's present.
@@ -46,12 +91,18 @@ func agoP(d time.Duration) *metav1.Time { t := ago(d); return &t }
 // fixture's clock, and returns its output and exit code.
 func plugin(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return pluginAs(t, env.Config, args...)
+}
+
+// pluginAs is plugin with the credentials of cfg.
+func pluginAs(t *testing.T, cfg *rest.Config, args ...string) (string, string, int) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	g := &globals{
 		config:     genericclioptions.NewConfigFlags(false),
 		streams:    genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
 		now:        func() time.Time { return now },
-		restConfig: env.Config,
+		restConfig: cfg,
 		poll:       50 * time.Millisecond,
 	}
 	code := run(context.Background(), g, args)
@@ -139,9 +190,9 @@ func TestReleaseWritesTheRequestAndWaits(t *testing.T) {
 	defer stop()
 
 	id := uniqueID("INC")
-	out, errOut, code := plugin(t, "release", "gpu-6", "--reason", "false alarm", "--id", id, "--requested-by", "alice", "--wait", "--timeout", "20s")
+	out, errOut, code := pluginAs(t, alice, "release", "gpu-6", "--reason", "false alarm", "--id", id, "--wait", "--timeout", "20s")
 	g.Expect(code).To(Equal(0), errOut)
-	g.Expect(out).To(ContainSubstring("nodehealth/gpu-6: set spec.request to Release id=" + id))
+	g.Expect(out).To(ContainSubstring("nodehealth/gpu-6: set spec.request to Release id=" + id + ` reason="false alarm" requestedBy=alice.`))
 	g.Expect(out).To(ContainSubstring("returns the node to Healthy without recertification"))
 	g.Expect(out).To(ContainSubstring("request " + id + " carried out"))
 
@@ -154,6 +205,51 @@ func TestReleaseWritesTheRequestAndWaits(t *testing.T) {
 	_, errOut, code = plugin(t, "release", "gpu-6", "--reason", "again", "--id", id)
 	g.Expect(code).To(Equal(1))
 	g.Expect(errOut).To(ContainSubstring("use a new --id"))
+}
+
+func TestRequestsNameTheAuthenticatedUser(t *testing.T) {
+	ctx := context.Background()
+	// The name the apiserver gives envtest's admin, whatever it is.
+	review := &authenticationv1.SelfSubjectReview{}
+	NewWithT(t).Expect(env.Client.Create(ctx, review)).To(Succeed())
+	adminUser := review.Status.UserInfo.Username
+	cases := []struct {
+		name string
+		as   *rest.Config
+		args []string
+		// wantBy is the request's requestedBy; "": the plugin refuses
+		// with wantErr and writes nothing.
+		wantBy  string
+		wantErr string
+	}{
+		{name: "alice's request names alice", as: alice, wantBy: "alice"},
+		{name: "the admin's request names the admin", as: env.Config, wantBy: adminUser},
+		{name: "alice may still say --requested-by alice", as: alice, args: []string{"--requested-by", "alice"}, wantBy: "alice"},
+		{
+			name: "alice may not say --requested-by bob", as: alice, args: []string{"--requested-by", "bob"},
+			wantErr: "--requested-by bob: a request names the user you are authenticated as, alice, and the apiserver refuses any other name",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			before := &gpuhealthv1alpha1.NodeHealth{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-7"}, before)).To(Succeed())
+			id := uniqueID("who")
+			_, errOut, code := pluginAs(t, tc.as, append([]string{"recertify", "gpu-7", "--id", id}, tc.args...)...)
+			after := &gpuhealthv1alpha1.NodeHealth{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-7"}, after)).To(Succeed())
+			if tc.wantErr != "" {
+				g.Expect(code).To(Equal(1))
+				g.Expect(errOut).To(ContainSubstring(tc.wantErr))
+				g.Expect(after.Spec.Request).To(Equal(before.Spec.Request), "nothing written")
+				return
+			}
+			g.Expect(code).To(Equal(0), errOut)
+			g.Expect(after.Spec.Request).To(Equal(&gpuhealthv1alpha1.ManualRequest{
+				Action: gpuhealthv1alpha1.RequestRecertify, ID: id, RequestedBy: tc.wantBy}))
+		})
+	}
 }
 
 func TestWaitTimesOutWithExitCode2(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,7 +34,9 @@ func addWriteFlags(cmd *cobra.Command) *writeFlags {
 	return w
 }
 
-// requestFlags are a manual request's id, reason and requester.
+// requestFlags are a manual request's id and reason. requestedBy is the
+// deprecated --requested-by: the request names the user the plugin is
+// authenticated as, and the flag may only repeat that name.
 type requestFlags struct {
 	id, reason, requestedBy string
 }
@@ -46,7 +49,12 @@ func addRequestFlags(cmd *cobra.Command, reasonRequired bool) *requestFlags {
 		help += " Required: the request is audited."
 	}
 	cmd.Flags().StringVar(&r.reason, "reason", "", help)
-	cmd.Flags().StringVar(&r.requestedBy, "requested-by", "", "Who asks (a person or a ticket system); the operator also records this plugin's field manager.")
+	cmd.Flags().StringVar(&r.requestedBy, "requested-by", "", "Who asks: only your own user name, which is the default.")
+	// The request names the user the plugin is authenticated as, which the
+	// install's admission policy checks; the flag stays so that scripts
+	// that name their own user go on working, and a different name fails
+	// here with a clear error rather than at the apiserver.
+	_ = cmd.Flags().MarkDeprecated("requested-by", "the request names the user you are authenticated as (kubectl auth whoami); put a ticket or a person in --id or --reason")
 	return r
 }
 
@@ -153,14 +161,22 @@ func (g *globals) request(ctx context.Context, node string, action gpuhealthv1al
 	if id == "" {
 		id = "kubectl-gpuhealth-" + strconv.FormatInt(g.now().Unix(), 10)
 	}
-	req := gpuhealthv1alpha1.ManualRequest{Action: action, ID: id, Reason: r.reason, RequestedBy: r.requestedBy}
 	if last := nh.Status.LastRequest; last != nil && last.ID == id {
 		return fmt.Errorf("request id %s was already carried out on node %s (%s): use a new --id to repeat it", id, node, last.Action)
 	}
+	user, err := whoami(ctx, c)
+	if err != nil {
+		return err
+	}
+	if r.requestedBy != "" && r.requestedBy != user {
+		return fmt.Errorf("--requested-by %s: a request names the user you are authenticated as, %s, and the apiserver refuses any other name; put a ticket or a person in --id or --reason", r.requestedBy, user)
+	}
+	req := gpuhealthv1alpha1.ManualRequest{Action: action, ID: id, Reason: r.reason, RequestedBy: user}
 	fmt.Fprintf(g.streams.Out, "nodehealth/%s: set spec.request to %s id=%s", node, action, id)
 	if r.reason != "" {
 		fmt.Fprintf(g.streams.Out, " reason=%q", r.reason)
 	}
+	fmt.Fprintf(g.streams.Out, " requestedBy=%s", user)
 	fmt.Fprintf(g.streams.Out, ".\nThe node is %s; %s.\n", orNone(string(nh.Status.Phase)), effect(action, nh.Status.Phase))
 	if w.dryRun {
 		fmt.Fprintln(g.streams.Out, "(dry run: nothing changed)")
@@ -371,6 +387,22 @@ func (g *globals) resetBreaker(ctx context.Context, name, reason string, w *writ
 		fmt.Fprintf(g.streams.Out, "remediationpolicy/%s: breaker reset; now %s\n", name, orNone(string(cb.State)))
 		return true, nil
 	})
+}
+
+// whoami returns the user name the apiserver authenticates the plugin as
+// (under --as, the impersonated user's), from a SelfSubjectReview: the name
+// a request must carry as requestedBy. Every authenticated user may create
+// one (the system:basic-user ClusterRole grants it).
+func whoami(ctx context.Context, c client.Client) (string, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("asking the apiserver who you are (a SelfSubjectReview; the request names you): %w", err)
+	}
+	user := review.Status.UserInfo.Username
+	if user == "" {
+		return "", errors.New("the apiserver's SelfSubjectReview names no user, and a request must name who asks")
+	}
+	return user, nil
 }
 
 func getNodeHealth(ctx context.Context, c client.Client, node string) (*gpuhealthv1alpha1.NodeHealth, error) {

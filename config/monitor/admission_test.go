@@ -120,6 +120,104 @@ func TestOwnNodePolicy(t *testing.T) {
 	}
 }
 
+func TestOwnNamePolicy(t *testing.T) {
+	awaitPolicy(t)
+	denied := func(node, name string) string {
+		return fmt.Sprintf("gpuhealth-monitor on node %s may only create NodeHealthEvents under its own node's names (%s-nvml-xid-<hash>), not %s", node, node, name)
+	}
+	// renamed is an event about node under the name rename gives it.
+	renamed := func(node string, rename func(*gpuhealthv1alpha1.NodeHealthEventSpec) string) *gpuhealthv1alpha1.NodeHealthEvent {
+		ev := newEvent(node)
+		ev.Name = rename(&ev.Spec)
+		return ev
+	}
+	nameOf := func(node string) func(*gpuhealthv1alpha1.NodeHealthEventSpec) string {
+		return func(s *gpuhealthv1alpha1.NodeHealthEventSpec) string {
+			other := *s
+			other.NodeName = node
+			return other.EventName()
+		}
+	}
+	alternate := func(s *gpuhealthv1alpha1.NodeHealthEventSpec) string { return s.AlternateEventName(s.EventName(), 1) }
+	cases := []struct {
+		name  string
+		as    *identity
+		event *gpuhealthv1alpha1.NodeHealthEvent
+		// wantDenied: the create is Forbidden with denied(node, event's name).
+		wantDenied bool
+	}{
+		{name: "the agent creates an event under its name", as: monitorA, event: newEvent(nodeA)},
+		{name: "the agent creates an event under its alternate name", as: monitorA, event: renamed(nodeA, alternate)},
+		{
+			name: "the agent may not create an event of its node under the name of node-b's same finding", as: monitorA,
+			event: renamed(nodeA, nameOf(nodeB)), wantDenied: true,
+		},
+		{
+			name: "the agent may not create an event under a name of a node whose name starts with its own", as: monitorA,
+			event: renamed(nodeA, nameOf(nodeA+"2")), wantDenied: true,
+		},
+		{
+			name: "the agent may not create an event under the name of another source and check", as: monitorA,
+			event: renamed(nodeA, func(s *gpuhealthv1alpha1.NodeHealthEventSpec) string {
+				return gpuhealthv1alpha1.EventName(s.NodeName, gpuhealthv1alpha1.SourceKmsg, gpuhealthv1alpha1.CheckECC, s.Component.ID, s.Code)
+			}),
+			wantDenied: true,
+		},
+		{
+			name: "the agent may not create an event under a name of its node without the hash", as: monitorA,
+			event: renamed(nodeA, func(*gpuhealthv1alpha1.NodeHealthEventSpec) string { return nodeA + "-nvml-xid-79" }), wantDenied: true,
+		},
+		{
+			name: "the agent may not create an event under a name with three hashes", as: monitorA,
+			event: renamed(nodeA, func(s *gpuhealthv1alpha1.NodeHealthEventSpec) string { return alternate(s) + "-0123456789" }), wantDenied: true,
+		},
+		{name: "the agent on a node with a long name creates an event under its cut name", as: monitorLong, event: newEvent(longNode)},
+		{name: "the agent on a node with a long name creates an event under its alternate name", as: monitorLong, event: renamed(longNode, alternate)},
+		{
+			name: "the agent on a node with a long name may not create an event under a shorter cut of it", as: monitorLong,
+			event: renamed(longNode, func(s *gpuhealthv1alpha1.NodeHealthEventSpec) string {
+				name := s.EventName()
+				return name[:231] + name[232:]
+			}),
+			wantDenied: true,
+		},
+		{name: "the admin creates an event of node-a under node-b's name", as: adminIdentity, event: renamed(nodeA, nameOf(nodeB))},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			t.Cleanup(func() { _ = admin.Delete(context.Background(), tc.event) })
+			err := tc.as.client.Create(ctx, tc.event)
+			getErr := admin.Get(ctx, client.ObjectKeyFromObject(tc.event), &gpuhealthv1alpha1.NodeHealthEvent{})
+			g.Expect(client.IgnoreNotFound(getErr)).To(Succeed())
+			if !tc.wantDenied {
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(getErr).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(err).To(Satisfy(apierrors.IsForbidden), "want Forbidden, got %v", err)
+			g.Expect(err).To(MatchError(ContainSubstring(denied(tc.event.Spec.NodeName, tc.event.Name))))
+			g.Expect(getErr).To(Satisfy(apierrors.IsNotFound), "the create was denied but the event exists")
+		})
+	}
+}
+
+func TestOwnNamePolicyAllowsUpdatesUnderOtherNames(t *testing.T) {
+	awaitPolicy(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	// An event of node-a the admin created under a name of no monitor's.
+	ev := newEvent(nodeA)
+	ev.Name = nodeA + "-by-hand"
+	g.Expect(admin.Create(ctx, ev)).To(Succeed())
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), ev) })
+	got := &gpuhealthv1alpha1.NodeHealthEvent{}
+	g.Expect(monitorA.client.Get(ctx, client.ObjectKeyFromObject(ev), got)).To(Succeed())
+	got.Status.Count = 3
+	g.Expect(monitorA.client.Status().Update(ctx, got)).To(Succeed(), "the name is checked on create only")
+}
+
 // do makes the write as the identity and reports, as the admin sees it
 // afterwards, whether the write took effect.
 func do(t *testing.T, as *identity, w write, node string) (applied bool, err error) {
@@ -172,19 +270,18 @@ func awaitPolicy(t *testing.T) {
 	}).WithTimeout(policyLoadTimeout).WithPolling(100 * time.Millisecond).Should(Succeed())
 }
 
-// newEvent is an XID 79 finding about node with a name unique in the suite.
+// newEvent is an XID 79 finding about node, of a GPU unique in the suite,
+// under the name the monitor gives it.
 func newEvent(node string) *gpuhealthv1alpha1.NodeHealthEvent {
-	return &gpuhealthv1alpha1.NodeHealthEvent{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-xid-79-%d", node, eventSeq.Add(1))},
-		Spec: gpuhealthv1alpha1.NodeHealthEventSpec{
-			NodeName:          node,
-			Source:            gpuhealthv1alpha1.SourceNVML,
-			Check:             gpuhealthv1alpha1.CheckXID,
-			Component:         gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: "GPU-8f6c2b1e-4d3a-4b7e-9c51-0a2f6e3d7b19"},
-			Code:              "79",
-			Severity:          gpuhealthv1alpha1.SeverityFatal,
-			RecommendedAction: gpuhealthv1alpha1.ActionRebootNode,
-			Message:           "GPU has fallen off the bus",
-		},
+	spec := gpuhealthv1alpha1.NodeHealthEventSpec{
+		NodeName:          node,
+		Source:            gpuhealthv1alpha1.SourceNVML,
+		Check:             gpuhealthv1alpha1.CheckXID,
+		Component:         gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: fmt.Sprintf("GPU-8f6c2b1e-4d3a-4b7e-9c51-%012d", eventSeq.Add(1))},
+		Code:              "79",
+		Severity:          gpuhealthv1alpha1.SeverityFatal,
+		RecommendedAction: gpuhealthv1alpha1.ActionRebootNode,
+		Message:           "GPU has fallen off the bus",
 	}
+	return &gpuhealthv1alpha1.NodeHealthEvent{ObjectMeta: metav1.ObjectMeta{Name: spec.EventName()}, Spec: spec}
 }

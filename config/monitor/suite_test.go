@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -43,6 +44,7 @@ var (
 	monitorB         *identity // gpuhealth-monitor, token bound to a Pod on node-b
 	monitorUnbound   *identity // gpuhealth-monitor, token bound to no Pod
 	monitorElsewhere *identity // a gpuhealth-monitor installed in another namespace, Pod on node-a
+	monitorLong      *identity // gpuhealth-monitor, token bound to a Pod on longNode
 	operatorA        *identity // gpuhealth-operator, token bound to a Pod on node-a
 	adminIdentity    *identity // envtest's admin (client certificate, system:masters)
 )
@@ -60,6 +62,12 @@ const (
 	monitorUser       = "system:serviceaccount:gpuhealth-system:gpuhealth-monitor"
 	tokenLifetimeSecs = 3600
 )
+
+// longNode is a node whose name does not fit in its events' names (249
+// characters, where "-nvml-xid-<hash>" leaves 233): EventName cuts it at a
+// '.', which it then drops.
+var longNode = strings.Repeat("a", 62) + "." + strings.Repeat("b", 62) + "." + strings.Repeat("c", 62) + "." +
+	strings.Repeat("d", 43) + "." + strings.Repeat("e", 16)
 
 // identity is a credential the tests act with.
 type identity struct {
@@ -113,7 +121,7 @@ func setUp(ctx context.Context, cfg *rest.Config) error {
 		return fmt.Errorf("binding %s/%s: %w", otherNamespace, monitorSA, err)
 	}
 
-	for _, n := range []string{nodeA, nodeB} {
+	for _, n := range []string{nodeA, nodeB, longNode} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"nvidia.com/gpu.present": "true"}}}
 		if err := admin.Create(ctx, node); err != nil {
 			return fmt.Errorf("creating node %s: %w", n, err)
@@ -130,6 +138,9 @@ func setUp(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 	if monitorElsewhere, err = boundIdentity(ctx, "monitor in "+otherNamespace+" on node-a", otherNamespace, monitorSA, nodeA); err != nil {
+		return err
+	}
+	if monitorLong, err = boundIdentity(ctx, "monitor on a node with a long name", monitorNamespace, monitorSA, longNode); err != nil {
 		return err
 	}
 	if operatorA, err = boundIdentity(ctx, "operator on node-a", monitorNamespace, operatorSA, nodeA); err != nil {
@@ -198,8 +209,12 @@ func readManifests(file string) ([]*unstructured.Unstructured, error) {
 // identity that authenticates with a token bound to that Pod: what the
 // kubelet mounts into the agent's container.
 func boundIdentity(ctx context.Context, name, namespace, sa, node string) (*identity, error) {
+	podName := sa + "-" + node
+	if len(podName) > 63 {
+		podName = sa + "-long-node"
+	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: sa + "-" + node, Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: namespace},
 		Spec: corev1.PodSpec{
 			NodeName:           node,
 			ServiceAccountName: sa,

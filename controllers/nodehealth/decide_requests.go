@@ -51,9 +51,11 @@ func (d *decider) request() {
 	d.p.status.LastRequest = &gpuhealthv1alpha1.HandledRequest{ID: req.ID, Action: req.Action, By: gpuhealthv1alpha1.Truncate(by, 512), Time: d.o.now, Result: result}
 }
 
-// requester names who asked: the request's requestedBy and the field
-// manager that last wrote spec.request (from managedFields, which the
-// apiserver maintains and a client cannot forge for another manager's write).
+// requester names who asked: the request's requestedBy, which the
+// install's admission policy (config/nodehealth/request_policy.yaml) holds
+// to the user name that wrote the request, and the field manager that last
+// wrote spec.request (from managedFields: the client chooses its manager
+// name, so it says which tool, not who).
 func requester(nh *gpuhealthv1alpha1.NodeHealth) string {
 	var who []string
 	if nh.Spec.Request.RequestedBy != "" {

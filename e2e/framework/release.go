@@ -17,7 +17,7 @@ import (
 
 // Leftovers lists the chart's objects that still exist after helm
 // uninstall ("Kind namespace/name"): service accounts, RBAC, the
-// workloads, the monitor's ConfigMap and the admission policy. The CRDs,
+// workloads, the monitor's ConfigMap and the admission policies. The CRDs,
 // their objects and the default policy are meant to stay and are not
 // listed.
 func Leftovers(ctx context.Context, c client.Client) ([]string, error) {
@@ -33,6 +33,8 @@ func Leftovers(ctx context.Context, c client.Client) ([]string, error) {
 		{&rbacv1.RoleBinding{}, Namespace, "gpuhealth-operator"},
 		{&admissionregistrationv1.ValidatingAdmissionPolicy{}, "", "gpuhealth-monitor-own-node"},
 		{&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, "", "gpuhealth-monitor-own-node"},
+		{&admissionregistrationv1.ValidatingAdmissionPolicy{}, "", "gpuhealth-request-requester"},
+		{&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, "", "gpuhealth-request-requester"},
 	}
 	for _, name := range []string{"gpuhealth-operator", "gpuhealth-monitor"} {
 		refs = append(refs, ref{&corev1.ServiceAccount{}, Namespace, name}, ref{&rbacv1.ClusterRole{}, "", name}, ref{&rbacv1.ClusterRoleBinding{}, "", name})

@@ -19,6 +19,10 @@ const (
 	dropRejected  = "Rejected"
 	dropSpoolFull = "SpoolFull"
 	labelVerb     = "verb"
+
+	// reasonNameTaken is the reason of gpuhealth_monitor_publish_errors_total
+	// for an object of another finding under the name a finding is written to.
+	reasonNameTaken = "NameTaken"
 )
 
 var (
@@ -52,7 +56,7 @@ var (
 	// publishErrors counts failed writes by a bounded reason.
 	publishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpuhealth_monitor_publish_errors_total",
-		Help: "Failed NodeHealthEvent reads and writes, by reason (Unavailable, Forbidden, Invalid, Conflict, Other).",
+		Help: "Failed NodeHealthEvent reads and writes, by reason (Unavailable, Forbidden, Invalid, Conflict, NameTaken, Other).",
 	}, []string{labelReason})
 
 	// writesTotal counts successful writes by verb.

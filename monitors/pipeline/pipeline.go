@@ -478,7 +478,10 @@ func (p *Pipeline) publish(ctx context.Context, name string) {
 	rec.Pending -= e.unsealed // only what a durable read position covers
 	p.mu.Unlock()
 
-	base, err := p.write(ctx, &rec, name)
+	base, object, err := p.write(ctx, &rec, name)
+	if object == name {
+		object = ""
+	}
 	now := p.opts.Clock.Now()
 
 	p.mu.Lock()
@@ -499,8 +502,9 @@ func (p *Pipeline) publish(ctx context.Context, name string) {
 		spoolRecords.Set(float64(p.opts.Spool.Len()))
 		return
 	case err != nil:
-		if base >= 0 && e.rec.Base < 0 {
-			e.rec.Base = base // learnt before the failure (the object exists)
+		if base >= 0 && (e.rec.Base < 0 || e.rec.Object != object) {
+			// learnt before the failure (the object exists)
+			e.rec.Base, e.rec.Object = base, object
 			e.gen++
 		}
 		e.failures++
@@ -513,7 +517,7 @@ func (p *Pipeline) publish(ctx context.Context, name string) {
 	if rec.Pending > 0 {
 		publishLatency.Observe(now.Sub(since).Seconds())
 	}
-	e.rec.Base = base
+	e.rec.Base, e.rec.Object = base, object
 	e.rec.Pending -= rec.Pending
 	if e.stateGen == stateGen {
 		e.rec.StateChanged = false

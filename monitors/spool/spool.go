@@ -44,6 +44,12 @@ type Record struct {
 	// source reads them again after a restart, so they are taken out.
 	Unsealed    int64  `json:"unsealed,omitempty"`
 	UnsealedGen uint64 `json:"unsealedGen,omitempty"`
+	// Object is the name of the NodeHealthEvent the record is written to
+	// when that is not Name(): the finding's own name was taken by another
+	// finding's object, and it falls back to an alternate name
+	// (NodeHealthEventSpec.AlternateEventName). Empty means Name(). Base
+	// counts the occurrences on this object.
+	Object string `json:"object,omitempty"`
 }
 
 // Name is the record's file name: the event's deterministic name.
