@@ -424,7 +424,8 @@ type HandOffType string
 const (
 	// HandOffClusterAPI annotates the node's Cluster API Machine (found
 	// through the node's cluster.x-k8s.io/machine and
-	// cluster.x-k8s.io/cluster-namespace annotations) with
+	// cluster.x-k8s.io/cluster-namespace annotations, and only when the
+	// Machine's status.nodeRef names the node) with
 	// cluster.x-k8s.io/remediate-machine, which a MachineHealthCheck
 	// treats as unhealthy, so the Machine's owner replaces it.
 	HandOffClusterAPI HandOffType = "ClusterAPI"

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -46,12 +47,6 @@ func TestReplaceNodeHandedOffToClusterAPI(t *testing.T) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.label}}
 	h.g.Expect(k8sClient.Create(h.ctx, ns)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
-	m := &unstructured.Unstructured{}
-	m.SetAPIVersion("cluster.x-k8s.io/v1beta1")
-	m.SetKind("Machine")
-	m.SetNamespace(h.label)
-	m.SetName("md-0-x")
-	h.g.Eventually(func() error { return k8sClient.Create(h.ctx, m) }).WithTimeout(20*time.Second).Should(Succeed(), "the CRD is established")
 
 	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
 		s.Remediation.HandOff = &gpuhealthv1alpha1.HandOffSpec{Type: gpuhealthv1alpha1.HandOffClusterAPI}
@@ -61,6 +56,7 @@ func TestReplaceNodeHandedOffToClusterAPI(t *testing.T) {
 	n := h.node("a", func(n *corev1.Node) {
 		n.Annotations = map[string]string{handoff.MachineAnnotation: "md-0-x", handoff.ClusterNamespaceAnnotation: h.label}
 	})
+	m := h.machine("md-0-x", n.Name, n.UID)
 	h.reconcile(n.Name)
 	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79")
 	h.clock.Step(time.Second)
@@ -111,6 +107,81 @@ func TestReplaceNodeHandedOffToClusterAPI(t *testing.T) {
 	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
 	h.g.Expect(nh.Status.HandOff).To(BeNil())
 	h.g.Expect(nh.Status.Outage).To(BeNil())
+}
+
+// machine creates a stand-in Cluster API Machine in the namespace named
+// after the test, whose status.nodeRef names node (and its UID when set),
+// as Cluster API's Machine controller writes it.
+func (h *harness) machine(name, node string, uid types.UID) *unstructured.Unstructured {
+	h.t.Helper()
+	m := &unstructured.Unstructured{}
+	m.SetAPIVersion("cluster.x-k8s.io/v1beta1")
+	m.SetKind("Machine")
+	m.SetNamespace(h.label)
+	m.SetName(name)
+	nodeRef := map[string]any{"kind": "Node", "name": node}
+	if uid != "" {
+		nodeRef["uid"] = string(uid)
+	}
+	// The stand-in CRD has no status subresource: status is written with the object.
+	m.Object["status"] = map[string]any{"nodeRef": nodeRef}
+	h.g.Eventually(func() error { return k8sClient.Create(h.ctx, m) }).WithTimeout(20*time.Second).Should(Succeed(), "the CRD is established")
+	return m
+}
+
+// TestClusterAPIHandOffNeedsTheMachinesNodeRef: a node whose annotations
+// name a Machine that Cluster API says is another node's (status.nodeRef),
+// or an earlier node's of the same name (its UID), or no node's, does not
+// get that Machine replaced: the hand-off fails, saying why, and the
+// Machine is not annotated.
+func TestClusterAPIHandOffNeedsTheMachinesNodeRef(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		nodeRef func(n *corev1.Node) (string, types.UID)
+		want    string
+	}{
+		{name: "another node's", nodeRef: func(*corev1.Node) (string, types.UID) { return "someone-else", "" }, want: "is node someone-else's (status.nodeRef)"},
+		{name: "an earlier node's", nodeRef: func(n *corev1.Node) (string, types.UID) { return n.Name, "0000-old" }, want: "earlier node"},
+		{name: "no node's", nodeRef: func(*corev1.Node) (string, types.UID) { return "", "" }, want: "has no status.nodeRef.name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.g.Expect(client.IgnoreAlreadyExists(k8sClient.Create(h.ctx, machineCRD()))).To(Succeed())
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.label}}
+			h.g.Expect(k8sClient.Create(h.ctx, ns)).To(Succeed())
+			t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
+			h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+				s.Remediation.HandOff = &gpuhealthv1alpha1.HandOffSpec{Type: gpuhealthv1alpha1.HandOffClusterAPI}
+				s.Rules = []gpuhealthv1alpha1.Rule{{Name: "replace", Match: gpuhealthv1alpha1.RuleMatch{Codes: []string{"79"}},
+					Verdict: gpuhealthv1alpha1.VerdictQuarantine, Action: gpuhealthv1alpha1.ActionReplaceNode}}
+			})
+			n := h.node("a", func(n *corev1.Node) {
+				n.Annotations = map[string]string{handoff.MachineAnnotation: "victim", handoff.ClusterNamespaceAnnotation: h.label}
+			})
+			node, uid := tc.nodeRef(n)
+			m := h.machine("victim", node, uid)
+			if node == "" {
+				m.Object["status"] = map[string]any{}
+				h.g.Expect(k8sClient.Update(h.ctx, m)).To(Succeed())
+			}
+			h.reconcile(n.Name)
+			h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79")
+			h.clock.Step(time.Second)
+			h.reconcile(n.Name)
+			h.clock.Step(time.Minute)
+			h.reconcile(n.Name)
+
+			nh := h.nodeHealth(n.Name)
+			h.g.Expect(nh.Status.Phase).To(Equal(failed))
+			h.g.Expect(nh.Status.HandOff).NotTo(BeNil())
+			h.g.Expect(nh.Status.HandOff.State).To(Equal(gpuhealthv1alpha1.HandOffFailed))
+			h.g.Expect(nh.Status.HandOff.Message).To(ContainSubstring(tc.want))
+			got := m.DeepCopy()
+			h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(m), got)).To(Succeed())
+			h.g.Expect(got.GetAnnotations()).NotTo(HaveKey(handoff.RemediateMachineAnnotation))
+			h.g.Expect(got.GetAnnotations()).NotTo(HaveKey(handoff.RequestedAnnotation))
+		})
+	}
 }
 
 // TestTemplateHandOff: against a real apiserver, a template that cannot be

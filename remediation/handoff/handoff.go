@@ -62,8 +62,9 @@ func MachineKey(n *corev1.Node) (client.ObjectKey, error) {
 }
 
 // GetMachine reads the node's Machine in the version the apiserver
-// prefers. A missing Machine, an unserved kind or a refused read is
-// permanent.
+// prefers and checks that it is the node's (IsNodesMachine). A missing
+// Machine, one that is not the node's, an unserved kind or a refused read
+// is permanent.
 func GetMachine(ctx context.Context, c client.Client, r client.Reader, n *corev1.Node) (*unstructured.Unstructured, error) {
 	key, err := MachineKey(n)
 	if err != nil {
@@ -81,7 +82,35 @@ func GetMachine(ctx context.Context, c client.Client, r client.Reader, n *corev1
 	if err := r.Get(ctx, key, m); err != nil {
 		return nil, classify(err, "Machine "+key.String())
 	}
+	if err := IsNodesMachine(m, n); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// IsNodesMachine checks that the Machine is the node's by the Machine's own
+// word: its status.nodeRef names the node, and carries the node's UID when
+// it carries one (Cluster API's v1beta1 nodeRef does, v1beta2's does not).
+// The node's annotations only say where to look: the kubelet may write its
+// own node's annotations, so they cannot decide which Machine is replaced,
+// while status.nodeRef is written by Cluster API's Machine controller.
+func IsNodesMachine(m *unstructured.Unstructured, n *corev1.Node) error {
+	what := "Machine " + client.ObjectKeyFromObject(m).String()
+	name, found, err := unstructured.NestedString(m.Object, "status", "nodeRef", "name")
+	if err != nil || !found || name == "" {
+		return permanent("%s has no status.nodeRef.name, so it cannot be shown to be node %s's", what, n.Name)
+	}
+	if name != n.Name {
+		return permanent("%s is node %s's (status.nodeRef), not node %s's, whose annotations name it", what, name, n.Name)
+	}
+	uid, _, err := unstructured.NestedString(m.Object, "status", "nodeRef", "uid")
+	if err != nil {
+		return permanent("%s's status.nodeRef.uid is not a string", what)
+	}
+	if uid != "" && types.UID(uid) != n.UID {
+		return permanent("%s is that of an earlier node %s (status.nodeRef.uid %s, the node's is %s)", what, name, uid, n.UID)
+	}
+	return nil
 }
 
 // classify turns a read's error into a permanent one where retrying cannot help.

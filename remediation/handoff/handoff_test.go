@@ -154,6 +154,42 @@ func TestMachineKey(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("not a Cluster API node")))
 }
 
+func TestIsNodesMachine(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-7", UID: "node-uid"}}
+	machine := func(nodeRef map[string]any) *unstructured.Unstructured {
+		m := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{}}}
+		m.SetNamespace("capi")
+		m.SetName("md-0-abc")
+		if nodeRef != nil {
+			m.Object["status"] = map[string]any{"nodeRef": nodeRef}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		nodeRef map[string]any
+		want    string
+	}{
+		{name: "a nodeRef with the node's name and UID is the node's", nodeRef: map[string]any{"kind": "Node", "name": "gpu-7", "uid": "node-uid"}},
+		{name: "a nodeRef with the node's name and no UID (v1beta2) is the node's", nodeRef: map[string]any{"name": "gpu-7"}},
+		{name: "a Machine without a nodeRef is refused", want: "has no status.nodeRef.name"},
+		{name: "a nodeRef naming another node is refused", nodeRef: map[string]any{"name": "gpu-8"}, want: "is node gpu-8's (status.nodeRef), not node gpu-7's"},
+		{name: "a nodeRef with another node's UID is refused", nodeRef: map[string]any{"name": "gpu-7", "uid": "old"}, want: "earlier node gpu-7"},
+		{name: "a nodeRef whose name is not a string is refused", nodeRef: map[string]any{"name": int64(7)}, want: "has no status.nodeRef.name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			err := IsNodesMachine(machine(tc.nodeRef), n)
+			if tc.want == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(errors.Is(err, ErrPermanent)).To(BeTrue(), "%v", err)
+			g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
+		})
+	}
+}
+
 func TestSummarize(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(Summarize(nil)).To(BeEmpty())
