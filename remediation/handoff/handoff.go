@@ -121,7 +121,7 @@ func classify(err error, what string) error {
 	case apierrors.IsNotFound(err):
 		return permanent("%s not found", what)
 	case apierrors.IsForbidden(err):
-		return permanent("the operator may not read %s (enable the hand-off's RBAC in the chart): %v", what, err)
+		return permanent("the hand-off's service account %s may not act on %s (grant it with chart value operator.handOff): %v", ServiceAccount, what, err)
 	}
 	return fmt.Errorf("reading %s: %w", what, err)
 }
