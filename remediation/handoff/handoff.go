@@ -2,7 +2,10 @@
 // replaces nodes: it annotates the node's Cluster API Machine so that a
 // MachineHealthCheck remediates it, or creates an object from a template
 // (a provider's repair request, say). The decision is the nodehealth
-// controller's; this package only renders, reads and writes.
+// controller's; this package only renders, reads and writes: templates
+// with their placeholders substituted literally (Render), only of the
+// kinds the install allows (Allowed), and as the hand-off's own service
+// account (NewClient).
 package handoff
 
 import (
