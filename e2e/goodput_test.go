@@ -185,6 +185,10 @@ func testHandOffs(t *testing.T) {
 	g.Eventually(func() error {
 		return applyJSON(`{"apiVersion":"cluster.x-k8s.io/v1beta1","kind":"Machine","metadata":{"name":"m-2","namespace":"capi-e2e"},"spec":{"clusterName":"e2e"}}`)
 	}).Should(Succeed(), "the stand-in CRD is served")
+	// Cluster API's Machine controller writes the Machine's status.nodeRef;
+	// the operator hands off only a Machine whose nodeRef is the node.
+	kubectl(t, "patch", "machine", "-n", "capi-e2e", "m-2", "--subresource", "status", "--type", "merge",
+		"-p", `{"status":{"nodeRef":{"kind":"Node","name":"`+name+`","uid":"`+string(node(g, name).UID)+`"}}}`)
 	kubectl(t, "annotate", "node", name, handoff.MachineAnnotation+"=m-2", handoff.ClusterNamespaceAnnotation+"=capi-e2e")
 	defer kubectl(t, "annotate", "node", name, handoff.MachineAnnotation+"-", handoff.ClusterNamespaceAnnotation+"-")
 

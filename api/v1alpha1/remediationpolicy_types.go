@@ -424,7 +424,8 @@ type HandOffType string
 const (
 	// HandOffClusterAPI annotates the node's Cluster API Machine (found
 	// through the node's cluster.x-k8s.io/machine and
-	// cluster.x-k8s.io/cluster-namespace annotations) with
+	// cluster.x-k8s.io/cluster-namespace annotations, and only when the
+	// Machine's status.nodeRef names the node) with
 	// cluster.x-k8s.io/remediate-machine, which a MachineHealthCheck
 	// treats as unhealthy, so the Machine's owner replaces it.
 	HandOffClusterAPI HandOffType = "ClusterAPI"
@@ -440,20 +441,24 @@ const (
 
 // HandOffSpec is how a node that must be replaced is handed off.
 // +kubebuilder:validation:XValidation:rule="(self.type == 'Template') == has(self.template)",message="template is required for type Template and allowed only there"
+// +kubebuilder:validation:XValidation:rule="!has(self.template) || (self.template.apiVersion.contains('/') && !['batch/', 'apps/', 'rbac.authorization.k8s.io/', 'gpuhealth.dev/'].exists(g, self.template.apiVersion.startsWith(g)))",message="a hand-off template may not create objects of the core, batch, apps, rbac.authorization.k8s.io or gpuhealth.dev API groups"
 type HandOffSpec struct {
 	// type is ClusterAPI, Template or Condition.
 	// +required
 	Type HandOffType `json:"type"`
 
-	// template is the object to create for type Template: any kind, with
-	// apiVersion, kind and metadata.name. In every string value
+	// template is the object to create for type Template, with apiVersion,
+	// kind and metadata.name: a kind the install allows (chart value
+	// operator.handOff.rules, which also grants the RBAC to get, create and
+	// delete it), never one of the core, batch, apps,
+	// rbac.authorization.k8s.io or gpuhealth.dev groups, nor in the
+	// operator's namespace. In every string value the placeholders
 	// {{.NodeName}}, {{.Reason}} (ReplaceNode, RecertificationExhausted or
-	// CertificationExhausted)
-	// and {{.Message}} are replaced (Go text/template). The object is
-	// created once per failure, owned by the NodeHealth, so it is deleted
-	// with it; its status is shown in the NodeHealth's status.handOff.
-	// The operator needs RBAC to create and get it (chart value
-	// operator.handOff.rules).
+	// CertificationExhausted) and {{.Message}} are replaced literally (no
+	// template engine runs; any other {{ is refused), up to 64 KiB in all.
+	// The object is created once per failure, owned by the NodeHealth, so
+	// it is deleted with it; its status is shown in the NodeHealth's
+	// status.handOff.
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:EmbeddedResource

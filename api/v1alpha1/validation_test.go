@@ -233,9 +233,44 @@ func TestSchemaRejectsInvalidObjects(t *testing.T) {
 		{
 			name: "cluster API hand-off with a template", object: validPolicy,
 			mutate: func(u *unstructured.Unstructured) {
-				set(u, map[string]any{"type": "ClusterAPI", "template": map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x"}}}, "spec", "remediation", "handOff")
+				set(u, map[string]any{"type": "ClusterAPI", "template": map[string]any{"apiVersion": "repair.example.com/v1", "kind": "RepairRequest", "metadata": map[string]any{"name": "x"}}}, "spec", "remediation", "handOff")
 			},
 			want: []string{"template is required for type Template and allowed only there"},
+		},
+		{
+			name: "template hand-off that creates a Job", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, map[string]any{"type": "Template", "template": map[string]any{"apiVersion": "batch/v1", "kind": "Job", "metadata": map[string]any{"name": "x", "namespace": "infra"}}}, "spec", "remediation", "handOff")
+			},
+			want: []string{"a hand-off template may not create objects of the core, batch, apps, rbac.authorization.k8s.io or gpuhealth.dev API groups"},
+		},
+		{
+			name: "template hand-off that creates a Pod", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, map[string]any{"type": "Template", "template": map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "x", "namespace": "infra"}}}, "spec", "remediation", "handOff")
+			},
+			want: []string{"a hand-off template may not create objects of the core, batch, apps, rbac.authorization.k8s.io or gpuhealth.dev API groups"},
+		},
+		{
+			name: "template hand-off that creates a DaemonSet", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, map[string]any{"type": "Template", "template": map[string]any{"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": map[string]any{"name": "x", "namespace": "infra"}}}, "spec", "remediation", "handOff")
+			},
+			want: []string{"a hand-off template may not create objects of the core, batch, apps, rbac.authorization.k8s.io or gpuhealth.dev API groups"},
+		},
+		{
+			name: "template hand-off that creates a ClusterRoleBinding", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, map[string]any{"type": "Template", "template": map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": map[string]any{"name": "x", "namespace": "infra"}}}, "spec", "remediation", "handOff")
+			},
+			want: []string{"a hand-off template may not create objects of the core, batch, apps, rbac.authorization.k8s.io or gpuhealth.dev API groups"},
+		},
+		{
+			name: "template hand-off that creates a NodeHealthEvent", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, map[string]any{"type": "Template", "template": map[string]any{"apiVersion": "gpuhealth.dev/v1alpha1", "kind": "NodeHealthEvent", "metadata": map[string]any{"name": "x", "namespace": "infra"}}}, "spec", "remediation", "handOff")
+			},
+			want: []string{"a hand-off template may not create objects of the core, batch, apps, rbac.authorization.k8s.io or gpuhealth.dev API groups"},
 		},
 		{
 			name: "template hand-off whose template has no kind", object: validPolicy,

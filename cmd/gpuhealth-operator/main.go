@@ -33,6 +33,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/controllers/policy"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
+	"github.com/gpuhealth/gpuhealth/remediation/handoff"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
@@ -70,6 +71,7 @@ func run() error {
 	flag.Float64Var(&o.qps, "kube-api-qps", 20, "Requests per second to the apiserver, sustained (client-side rate limit).")
 	flag.IntVar(&o.burst, "kube-api-burst", 30, "Requests to the apiserver allowed in a burst above --kube-api-qps.")
 	flag.DurationVar(&o.cdDiscovery, "compute-domain-discovery-interval", computedomain.DefaultPollInterval, "How often to ask the apiserver whether NVIDIA's ComputeDomain CRDs (and which of their kinds) are served; a driver installed, upgraded or removed later is noticed within this time.")
+	flag.StringVar(&o.handOffResources, "handoff-resources", "", "Comma-separated resources a Template hand-off may create, each resource.group (\"repairrequests.repair.example.com\"); the chart renders it from operator.handOff.rules. Kinds of the core, batch, apps, rbac.authorization.k8s.io and gpuhealth.dev groups, and objects in --namespace, are refused whatever it says. Empty: none.")
 	flag.Float64Var(&memLimitRatio, "memory-limit-ratio", 0.9, "The Go runtime's soft memory limit as a share of the container's memory limit ("+memoryLimitEnv+", bytes, which the chart passes from limits.memory): near it the garbage collector runs more often rather than let the process reach the OOM kill; 0 turns it off, and GOMEMLIMIT, when set, wins.")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
@@ -157,6 +159,8 @@ type options struct {
 	// qps and burst limit the client's requests to the apiserver.
 	qps   float64
 	burst int
+	// handOffResources is --handoff-resources, unparsed.
+	handOffResources string
 }
 
 // setup is the composition root: it builds the clock, recorder and drainer
@@ -190,12 +194,24 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating the pods client: %w", err)
 	}
+	// The hand-off acts as its own service account, which holds only the
+	// install's hand-off rules, never as the operator.
+	handOffResources, err := handoff.ParseResources(o.handOffResources)
+	if err != nil {
+		return fmt.Errorf("--handoff-resources: %w", err)
+	}
+	handOff, err := handoff.NewClient(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()}, o.namespace, handoff.ServiceAccount)
+	if err != nil {
+		return err
+	}
 	// One breaker: the nodehealth reconciler asks it, the policy status
 	// controller mirrors it.
 	brk := breaker.New()
 	r := &nodehealth.Reconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
+		HandOff:                 client.WithFieldOwner(handOff, nodehealth.FieldManager),
+		HandOffResources:        handOffResources,
 		Clock:                   clk,
 		Recorder:                recorder,
 		Drainer:                 drain.New(mgr.GetClient(), pods, clk, o.namespace),

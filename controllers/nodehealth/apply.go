@@ -201,12 +201,12 @@ func (r *Reconciler) applyHandOff(ctx context.Context, p *plan) error {
 		return nil
 	}
 	if t.want == nil {
-		return handoff.AnnotateMachine(ctx, r.Client, t.obj, p.handedOff.Reason)
+		return handoff.AnnotateMachine(ctx, r.HandOff, t.obj, p.handedOff.Reason)
 	}
 	if t.obj != nil {
 		return nil
 	}
-	return handoff.Create(ctx, r.Client, t.want)
+	return handoff.Create(ctx, r.HandOff, t.want)
 }
 
 // applyWithdraw takes back a hand-off the plan ends (see withdrawHandOff).
@@ -220,8 +220,8 @@ func (r *Reconciler) applyWithdraw(ctx context.Context, o *observation, p *plan)
 	switch h.Type {
 	case gpuhealthv1alpha1.HandOffClusterAPI:
 		var m *unstructured.Unstructured
-		if m, err = handoff.GetMachine(ctx, r.Client, r.APIReader, o.node); err == nil {
-			err = handoff.Unannotate(ctx, r.Client, m)
+		if m, err = handoff.GetMachine(ctx, r.HandOff, r.HandOff, o.node); err == nil {
+			err = handoff.Unannotate(ctx, r.HandOff, m)
 		}
 	case gpuhealthv1alpha1.HandOffTemplate:
 		spec := o.policy.Spec.Remediation.HandOff
@@ -229,8 +229,8 @@ func (r *Reconciler) applyWithdraw(ctx context.Context, o *observation, p *plan)
 			return nil
 		}
 		var want *unstructured.Unstructured
-		if want, err = handoff.Render(spec.Template, handOffData(o), nodeHealthOwner(o)); err == nil {
-			err = handoff.DeleteOwned(ctx, r.Client, r.APIReader, want, o.nh.UID)
+		if want, err = r.renderHandOff(o); err == nil {
+			err = handoff.DeleteOwned(ctx, r.HandOff, r.HandOff, want, o.nh.UID)
 		}
 	}
 	if errors.Is(err, handoff.ErrPermanent) {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -106,6 +107,17 @@ type Reconciler struct {
 	// Outputs reads what suite Jobs printed, for their parsers. Nil: a step
 	// whose parser needs output fails for want of it.
 	Outputs job.OutputReader
+	// HandOff reads and writes what the policy's hand-off touches (the
+	// Cluster API Machine, the object a template describes), straight from
+	// the apiserver, as the identity the install gives the hand-off: the
+	// gpuhealth-handoff ServiceAccount, impersonated, which holds only the
+	// install's hand-off rules. Its RESTMapper maps a template's kind to
+	// its resource.
+	HandOff client.Client
+	// HandOffResources are the resources a Template hand-off may create
+	// (the install's operator.handOff.rules); handoff.RefusedGroups and
+	// Namespace are refused whatever it says. Nil: none.
+	HandOffResources []schema.GroupResource
 	// ComputeDomains is the read-only ComputeDomain view. Nil: membership
 	// comes from node labels and daemon pods only (no clique entries).
 	ComputeDomains *computedomain.View
@@ -132,8 +144,8 @@ type Reconciler struct {
 // cache indexes named in gpuhealthv1alpha1, which the composition root
 // registers (controllers/index).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if r.Client == nil || r.APIReader == nil || r.Clock == nil || r.Recorder == nil || r.Drainer == nil || r.Breaker == nil || r.Namespace == "" || r.DriverNamespace == "" {
-		return errors.New("nodehealth.Reconciler needs Client, APIReader, Clock, Recorder, Drainer, Breaker, Namespace and DriverNamespace")
+	if r.Client == nil || r.APIReader == nil || r.HandOff == nil || r.Clock == nil || r.Recorder == nil || r.Drainer == nil || r.Breaker == nil || r.Namespace == "" || r.DriverNamespace == "" {
+		return errors.New("nodehealth.Reconciler needs Client, APIReader, HandOff, Clock, Recorder, Drainer, Breaker, Namespace and DriverNamespace")
 	}
 	r.storm = &stormGate{quiet: r.StormQuiet, maxHold: r.StormHoldMax}
 	if r.storm.maxHold <= 0 {

@@ -79,6 +79,7 @@ func newHarness(t *testing.T) *harness {
 	h.label = strings.TrimRight(h.label, "-")
 	h.r = &Reconciler{
 		Client: client.WithFieldOwner(k8sClient, FieldManager), APIReader: k8sClient, Clock: clk, Recorder: rec,
+		HandOff: client.WithFieldOwner(k8sClient, FieldManager),
 		Drainer: drain.New(k8sClient, k8sClient, clk, jobNamespace), Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace,
 		expect: newExpectations(clk),
 	}

@@ -44,7 +44,7 @@ func startManager(t *testing.T) (stop func()) {
 	g.Expect(err).NotTo(HaveOccurred())
 	clk := clock.RealClock{}
 	r := &Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HandOff: k8sClient, Clock: clk,
 		Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
 		Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, MaxConcurrentReconciles: 4,
 	}
@@ -170,7 +170,7 @@ func TestManagerViewWakesALeavingNode(t *testing.T) {
 			g.Expect(mgr.Add(view)).To(Succeed())
 			clk := clock.RealClock{}
 			r := &Reconciler{
-				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
+				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HandOff: k8sClient, Clock: clk,
 				Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
 				Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, ComputeDomains: view, MaxConcurrentReconciles: 4,
 			}

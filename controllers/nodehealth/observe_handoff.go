@@ -21,7 +21,8 @@ type handOffTarget struct {
 }
 
 // observeHandOff reads what a failed node's hand-off needs: the Machine, or
-// the rendered template and the object it names. A permanent failure is
+// the rendered template (when the install allows its kind) and the object
+// it names; all of it as the hand-off's identity (Reconciler.HandOff). A permanent failure is
 // part of the observation (decide records it); any other error fails the pass.
 func (r *Reconciler) observeHandOff(ctx context.Context, o *observation) (*handOffTarget, error) {
 	spec := o.policy.Spec.Remediation.HandOff
@@ -29,13 +30,14 @@ func (r *Reconciler) observeHandOff(ctx context.Context, o *observation) (*handO
 	var err error
 	switch spec.Type {
 	case gpuhealthv1alpha1.HandOffClusterAPI:
-		t.obj, err = handoff.GetMachine(ctx, r.Client, r.APIReader, o.node)
+		t.obj, err = handoff.GetMachine(ctx, r.HandOff, r.HandOff, o.node)
 	case gpuhealthv1alpha1.HandOffTemplate:
-		if t.want, err = handoff.Render(spec.Template, handOffData(o), nodeHealthOwner(o)); err == nil {
-			t.obj, err = handoff.Get(ctx, r.APIReader, t.want)
+		t.want, err = r.renderHandOff(o)
+		if err == nil {
+			t.obj, err = handoff.Get(ctx, r.HandOff, t.want)
 		}
 		if err == nil && t.obj == nil && o.nh.Status.HandOff == nil {
-			err = handoff.Check(ctx, r.Client, t.want)
+			err = handoff.Check(ctx, r.HandOff, t.want)
 		}
 	default:
 		return nil, nil
@@ -45,4 +47,18 @@ func (r *Reconciler) observeHandOff(ctx context.Context, o *observation) (*handO
 		return t, nil
 	}
 	return t, err
+}
+
+// renderHandOff renders the policy's template for the node and checks that
+// the install allows a hand-off to create it (handoff.Allowed.Permit).
+func (r *Reconciler) renderHandOff(o *observation) (*unstructured.Unstructured, error) {
+	want, err := handoff.Render(o.policy.Spec.Remediation.HandOff.Template, handOffData(o), nodeHealthOwner(o))
+	if err != nil {
+		return nil, err
+	}
+	allowed := handoff.Allowed{Resources: r.HandOffResources, Namespace: r.Namespace}
+	if err := allowed.Permit(r.HandOff.RESTMapper(), want); err != nil {
+		return nil, err
+	}
+	return want, nil
 }

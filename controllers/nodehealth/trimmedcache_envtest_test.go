@@ -43,7 +43,7 @@ func startTrimmedManager(t *testing.T, outputs job.OutputReader) {
 	g.Expect(err).NotTo(HaveOccurred())
 	clk := clock.RealClock{}
 	r := &Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HandOff: k8sClient, Clock: clk,
 		Recorder: mgr.GetEventRecorder(FieldManager), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
 		Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, Outputs: outputs, MaxConcurrentReconciles: 4,
 	}

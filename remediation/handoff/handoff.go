@@ -2,18 +2,19 @@
 // replaces nodes: it annotates the node's Cluster API Machine so that a
 // MachineHealthCheck remediates it, or creates an object from a template
 // (a provider's repair request, say). The decision is the nodehealth
-// controller's; this package only renders, reads and writes.
+// controller's; this package only renders, reads and writes: templates
+// with their placeholders substituted literally (Render), only of the
+// kinds the install allows (Allowed), and as the hand-off's own service
+// account (NewClient).
 package handoff
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
-	"text/template"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,8 +65,9 @@ func MachineKey(n *corev1.Node) (client.ObjectKey, error) {
 }
 
 // GetMachine reads the node's Machine in the version the apiserver
-// prefers. A missing Machine, an unserved kind or a refused read is
-// permanent.
+// prefers and checks that it is the node's (IsNodesMachine). A missing
+// Machine, one that is not the node's, an unserved kind or a refused read
+// is permanent.
 func GetMachine(ctx context.Context, c client.Client, r client.Reader, n *corev1.Node) (*unstructured.Unstructured, error) {
 	key, err := MachineKey(n)
 	if err != nil {
@@ -83,7 +85,35 @@ func GetMachine(ctx context.Context, c client.Client, r client.Reader, n *corev1
 	if err := r.Get(ctx, key, m); err != nil {
 		return nil, classify(err, "Machine "+key.String())
 	}
+	if err := IsNodesMachine(m, n); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// IsNodesMachine checks that the Machine is the node's by the Machine's own
+// word: its status.nodeRef names the node, and carries the node's UID when
+// it carries one (Cluster API's v1beta1 nodeRef does, v1beta2's does not).
+// The node's annotations only say where to look: the kubelet may write its
+// own node's annotations, so they cannot decide which Machine is replaced,
+// while status.nodeRef is written by Cluster API's Machine controller.
+func IsNodesMachine(m *unstructured.Unstructured, n *corev1.Node) error {
+	what := "Machine " + client.ObjectKeyFromObject(m).String()
+	name, found, err := unstructured.NestedString(m.Object, "status", "nodeRef", "name")
+	if err != nil || !found || name == "" {
+		return permanent("%s has no status.nodeRef.name, so it cannot be shown to be node %s's", what, n.Name)
+	}
+	if name != n.Name {
+		return permanent("%s is node %s's (status.nodeRef), not node %s's, whose annotations name it", what, name, n.Name)
+	}
+	uid, _, err := unstructured.NestedString(m.Object, "status", "nodeRef", "uid")
+	if err != nil {
+		return permanent("%s's status.nodeRef.uid is not a string", what)
+	}
+	if uid != "" && types.UID(uid) != n.UID {
+		return permanent("%s is that of an earlier node %s (status.nodeRef.uid %s, the node's is %s)", what, name, uid, n.UID)
+	}
+	return nil
 }
 
 // classify turns a read's error into a permanent one where retrying cannot help.
@@ -94,7 +124,7 @@ func classify(err error, what string) error {
 	case apierrors.IsNotFound(err):
 		return permanent("%s not found", what)
 	case apierrors.IsForbidden(err):
-		return permanent("the operator may not read %s (enable the hand-off's RBAC in the chart): %v", what, err)
+		return permanent("the hand-off's service account %s may not act on %s (grant it with chart value operator.handOff): %v", ServiceAccount, what, err)
 	}
 	return fmt.Errorf("reading %s: %w", what, err)
 }
@@ -159,20 +189,56 @@ type Data struct {
 	Message string
 }
 
-// Render makes the object a template describes: every string value is
-// executed as a Go text/template over data (never the structure, so a
-// value cannot inject fields), and the object is owned by owner. It must
-// name its apiVersion, kind and metadata.name.
+// MaxRenderedBytes bounds what a template renders to, summed over its
+// string values and the template itself: a repair request is a few
+// hundred bytes, and an object this size is already large for etcd's
+// liking, while the cap keeps a template from making the operator hold a
+// large object every pass.
+const MaxRenderedBytes = 64 << 10
+
+// placeholders are the names a template's string values may use, written
+// {{.Name}} (spaces inside the braces allowed, as Go templates allow them).
+var placeholders = []string{".NodeName", ".Reason", ".Message"}
+
+// value returns what placeholder name stands for; ok is false for an
+// unknown name.
+func (d Data) value(name string) (v string, ok bool) {
+	switch name {
+	case ".NodeName":
+		return d.NodeName, true
+	case ".Reason":
+		return d.Reason, true
+	case ".Message":
+		return d.Message, true
+	}
+	return "", false
+}
+
+// Render makes the object a template describes: in every string value
+// (never a key or the structure, so a value cannot inject fields) the
+// placeholders {{.NodeName}}, {{.Reason}} and {{.Message}} are replaced
+// literally by data's values; any other {{ is refused. No template engine
+// runs, so nothing in a template loops or calls. The template and what it
+// renders to are bounded by MaxRenderedBytes. The object is owned by
+// owner and must name its apiVersion, kind and metadata.name.
 func Render(tmpl *runtime.RawExtension, data Data, owner metav1.OwnerReference) (*unstructured.Unstructured, error) {
 	if tmpl == nil || len(tmpl.Raw) == 0 {
 		return nil, permanent("the policy's handOff.template is empty")
+	}
+	if len(tmpl.Raw) > MaxRenderedBytes {
+		return nil, permanent("handOff.template is %d bytes, more than the %d allowed", len(tmpl.Raw), MaxRenderedBytes)
 	}
 	var obj map[string]any
 	// apimachinery's decoder keeps whole numbers int64, as objects carry them.
 	if err := utiljson.Unmarshal(tmpl.Raw, &obj); err != nil {
 		return nil, permanent("handOff.template is not an object: %v", err)
 	}
-	rendered, err := render(obj, data)
+	if obj == nil {
+		return nil, permanent("handOff.template is not an object")
+	}
+	// The template's own size counts once; what substitution adds counts on top.
+	budget := MaxRenderedBytes - len(tmpl.Raw)
+	rendered, err := render(obj, data, &budget)
 	if err != nil {
 		return nil, err
 	}
@@ -185,25 +251,14 @@ func Render(tmpl *runtime.RawExtension, data Data, owner metav1.OwnerReference) 
 	return u, nil
 }
 
-func render(v any, data Data) (any, error) {
+func render(v any, data Data, budget *int) (any, error) {
 	switch x := v.(type) {
 	case string:
-		if !strings.Contains(x, "{{") {
-			return x, nil
-		}
-		t, err := template.New("handOff").Option("missingkey=error").Parse(x)
-		if err != nil {
-			return nil, permanent("handOff.template value %q: %v", x, err)
-		}
-		var b bytes.Buffer
-		if err := t.Execute(&b, data); err != nil {
-			return nil, permanent("handOff.template value %q: %v", x, err)
-		}
-		return b.String(), nil
+		return substitute(x, data, budget)
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			r, err := render(e, data)
+			r, err := render(e, data, budget)
 			if err != nil {
 				return nil, err
 			}
@@ -213,7 +268,7 @@ func render(v any, data Data) (any, error) {
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {
-			r, err := render(e, data)
+			r, err := render(e, data, budget)
 			if err != nil {
 				return nil, err
 			}
@@ -222,6 +277,51 @@ func render(v any, data Data) (any, error) {
 		return out, nil
 	}
 	return v, nil
+}
+
+// substitute replaces the placeholders in one string value, taking what
+// each replacement adds from budget. A {{ that does not open a known
+// placeholder is an error that names the placeholders there are.
+func substitute(s string, data Data, budget *int) (string, error) {
+	if !strings.Contains(s, "{{") {
+		return s, nil
+	}
+	var b strings.Builder
+	rest := s
+	for {
+		i := strings.Index(rest, "{{")
+		if i < 0 {
+			b.WriteString(rest)
+			return b.String(), nil
+		}
+		b.WriteString(rest[:i])
+		j := strings.Index(rest[i+2:], "}}")
+		if j < 0 {
+			return "", permanent("handOff.template value %q: unclosed {{", shorten(s))
+		}
+		name := strings.TrimSpace(rest[i+2 : i+2+j])
+		v, ok := data.value(name)
+		if !ok {
+			return "", permanent("handOff.template value %q: unknown placeholder {{%s}}; the placeholders are {{%s}}",
+				shorten(s), shorten(name), strings.Join(placeholders, "}}, {{"))
+		}
+		placeholder := rest[i : i+2+j+2]
+		if *budget -= len(v) - len(placeholder); *budget < 0 {
+			return "", permanent("handOff.template renders to more than %d bytes", MaxRenderedBytes)
+		}
+		b.WriteString(v)
+		rest = rest[i+2+j+2:]
+	}
+}
+
+// shorten cuts a template's text for an error message, which ends up in a
+// status and an Event.
+func shorten(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return s
+	}
+	return s[:most] + "…"
 }
 
 // Get reads the object a rendered template names; nil when it does not

@@ -43,3 +43,32 @@ text is replaced by its value first.
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The resources a Template hand-off may create, for the operator's
+--handoff-resources: each resource.group that operator.handOff.rules grant
+create on, sorted, comma-separated. A wildcard, or a group a hand-off
+never creates in (the operator refuses them whatever the list says), fails
+the render, so the hand-off's rules grant nothing it cannot use.
+*/}}
+{{- define "gpuhealth.handOffResources" -}}
+{{- $out := list -}}
+{{- range $i, $rule := .Values.operator.handOff.rules -}}
+{{- range $g := $rule.apiGroups -}}
+{{- if or (eq $g "*") (has "*" $rule.resources) -}}
+{{- fail (printf "operator.handOff.rules[%d]: a hand-off rule names its API groups and resources, without '*'" $i) -}}
+{{- end -}}
+{{- if has $g (list "" "batch" "apps" "rbac.authorization.k8s.io" "gpuhealth.dev") -}}
+{{- fail (printf "operator.handOff.rules[%d]: a hand-off never creates objects of API group %q (refused: the core group, batch, apps, rbac.authorization.k8s.io, gpuhealth.dev)" $i $g) -}}
+{{- end -}}
+{{- if or (has "create" $rule.verbs) (has "*" $rule.verbs) -}}
+{{- range $r := $rule.resources -}}
+{{- if not (contains "/" $r) -}}
+{{- $out = append $out (printf "%s.%s" $r $g) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $out | uniq | sortAlpha | join "," -}}
+{{- end -}}
