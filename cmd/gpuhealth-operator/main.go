@@ -68,6 +68,10 @@ func run() error {
 	flag.Float64Var(&o.qps, "kube-api-qps", 20, "Requests per second to the apiserver, sustained (client-side rate limit).")
 	flag.IntVar(&o.burst, "kube-api-burst", 30, "Requests to the apiserver allowed in a burst above --kube-api-qps.")
 	flag.DurationVar(&o.cdDiscovery, "compute-domain-discovery-interval", computedomain.DefaultPollInterval, "How often to ask the apiserver whether NVIDIA's ComputeDomain CRDs (and which of their kinds) are served; a driver installed, upgraded or removed later is noticed within this time.")
+	flag.StringVar(&o.jobs.serviceAccount, "job-service-account", job.DefaultServiceAccount, "Service account, in --namespace, of the policy's Jobs whose template names none; its token is not mounted. The chart's has no RBAC.")
+	flag.StringVar(&o.jobs.allowedServiceAccounts, "job-allowed-service-accounts", "", "Comma-separated service accounts a policy's Job template may name besides --job-service-account (never gpuhealth-operator or gpuhealth-monitor); empty: none.")
+	flag.StringVar(&o.jobs.privilegedSteps, "job-privileged-steps", string(job.ResetGPU)+","+string(job.RebootNode), "Comma-separated kinds of Job whose template may be privileged or use the host's PID namespace: cert, recert, reset, reboot, clique.")
+	flag.StringVar(&o.jobs.imagePrefixes, "job-image-prefixes", "", "Comma-separated prefixes, each ending in '/', ':' or '@', one of which every image of a policy's Jobs must start with; empty: none, so a policy with any Job is not acted on.")
 	flag.Float64Var(&memLimitRatio, "memory-limit-ratio", 0.9, "The Go runtime's soft memory limit as a share of the container's memory limit ("+memoryLimitEnv+", bytes, which the chart passes from limits.memory): near it the garbage collector runs more often rather than let the process reach the OOM kill; 0 turns it off, and GOMEMLIMIT, when set, wins.")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
@@ -86,6 +90,9 @@ func run() error {
 	}
 	if o.qps <= 0 || o.burst <= 0 {
 		return fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %g and %d", o.qps, o.burst)
+	}
+	if o.jobRules, err = o.jobs.rules(); err != nil {
+		return err
 	}
 
 	scheme := runtime.NewScheme()
@@ -148,6 +155,9 @@ type options struct {
 	// qps and burst limit the client's requests to the apiserver.
 	qps   float64
 	burst int
+	// jobs are the --job-* flags; jobRules the rules they make.
+	jobs     jobRuleFlags
+	jobRules job.Rules
 }
 
 // setup is the composition root: it builds the clock, recorder and drainer
@@ -192,6 +202,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		Drainer:                 drain.New(mgr.GetClient(), pods, clk),
 		Breaker:                 brk,
 		Namespace:               o.namespace,
+		JobRules:                o.jobRules,
 		Outputs:                 job.LogReader{Clientset: clientset},
 		ComputeDomains:          view,
 		MaxConcurrentReconciles: o.workers,
@@ -202,10 +213,10 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		return fmt.Errorf("setting up the nodehealth controller: %w", err)
 	}
 	if err := (&computedomain.FabricReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: clk,
-		Namespace: o.namespace, Outputs: job.LogReader{Clientset: clientset}}).SetupWithManager(ctx, mgr); err != nil {
+		Namespace: o.namespace, Outputs: job.LogReader{Clientset: clientset}, JobRules: o.jobRules}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the fabric controller: %w", err)
 	}
-	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Breaker: brk}).SetupWithManager(mgr); err != nil {
+	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Breaker: brk, JobRules: o.jobRules}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy status controller: %w", err)
 	}
 	gc := &eventgc.Reconciler{Client: mgr.GetClient(), Clock: clk, Retention: o.eventRetention, MaxPerNode: o.maxEventsPerNode}
