@@ -27,7 +27,7 @@ RBAC_PATHS := $(strip $(foreach d,controllers remediation cmd/gpuhealth-operator
 
 # Generated files that verify-generated checks.
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go api/xid/zz_generated.catalog.go config/crd config/rbac docs/monitors.md charts/gpuhealth/files \
-	config/manager/manager.yaml config/monitor/daemonset.yaml config/default/gpuhealth.yaml
+	config/manager/manager.yaml config/monitor/daemonset.yaml config/jobs/jobs.yaml config/default/gpuhealth.yaml
 # Module files that verify-generated checks after go mod tidy.
 MODFILES := go.mod go.sum
 
