@@ -258,3 +258,74 @@ func TestCliqueCertificationGatesTheFabricTaint(t *testing.T) {
 	g.Eventually(tainted, 20*time.Second, 50*time.Millisecond).Should(BeEmpty(), "the pass lifts the taint")
 	g.Expect(jobs()).To(HaveLen(2))
 }
+
+// TestCliqueCertificationOfABreachingPolicyDoesNotRun: a clique test whose
+// template breaks the install's Job rules never runs, and the taint stays
+// after the fault resolves (no test passed) until the policy is fixed.
+func TestCliqueCertificationOfABreachingPolicyDoesNotRun(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	label := "cliquecert-breach"
+	p := &gpuhealthv1alpha1.RemediationPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: label},
+		Spec: gpuhealthv1alpha1.RemediationPolicySpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": label}},
+			ComputeDomain: gpuhealthv1alpha1.ComputeDomainSpec{CliqueCertification: &gpuhealthv1alpha1.CliqueCertificationSpec{
+				Job: gpuhealthv1alpha1.JobTemplate{Image: "docker.io/attacker/nccl:1"}, MaxAttempts: 3,
+			}},
+		},
+	}
+	g.Expect(k8sClient.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), p) })
+	clique := "cluster-z.1"
+	var nodes []string
+	for i := range 2 {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cb-%d", i), Labels: map[string]string{"test": label, CliqueNodeLabel: clique, NodeLabel: "domain-uid"}}}
+		g.Expect(k8sClient.Create(ctx, n)).To(Succeed())
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		g.Expect(k8sClient.Status().Update(ctx, n)).To(Succeed())
+		nh := &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
+		g.Expect(k8sClient.Create(ctx, nh)).To(Succeed())
+		nh.Status.Phase = gpuhealthv1alpha1.PhaseHealthy
+		g.Expect(k8sClient.Status().Update(ctx, nh)).To(Succeed())
+		t.Cleanup(func() {
+			_ = k8sClient.Delete(context.Background(), n)
+			_ = k8sClient.Delete(context.Background(), nh)
+		})
+		nodes = append(nodes, n.Name)
+	}
+	startFabricWith(t, g, &FabricReconciler{Namespace: "default", Outputs: &fakeOutputs{out: map[string][]byte{}}, JobRules: cliqueJobRules})
+	tainted := func() int {
+		count := 0
+		for _, name := range nodes {
+			n := &corev1.Node{}
+			g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: name}, n)).To(Succeed())
+			if n.Annotations[nodepkg.FabricAnnotation] == clique {
+				count++
+			}
+		}
+		return count
+	}
+	jobs := func() []batchv1.Job {
+		var list batchv1.JobList
+		g.Expect(k8sClient.List(ctx, &list, client.InNamespace("default"), client.MatchingLabels{job.CliqueLabel: clique})).To(Succeed())
+		return list.Items
+	}
+	down := newFinding(ctx, t, g, nodes[0], gpuhealthv1alpha1.CheckIMEXDomain, "DOWN", gpuhealthv1alpha1.SeverityFatal)
+	g.Eventually(tainted, 20*time.Second, 50*time.Millisecond).Should(Equal(2))
+	down.Status.Resolved, down.Status.ResolvedAt = true, ptr.To(metav1.Now())
+	g.Expect(k8sClient.Status().Update(ctx, down)).To(Succeed())
+	g.Consistently(func() int { return len(jobs()) }, 2*time.Second, 100*time.Millisecond).Should(BeZero(), "no Job of a breaching policy")
+	g.Expect(tainted()).To(Equal(2), "the taint stays: no test passed")
+
+	// Fixed: the test runs.
+	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: p.Name}, p)).To(Succeed())
+	p.Spec.ComputeDomain.CliqueCertification.Job.Image = "nccl"
+	g.Expect(k8sClient.Update(ctx, p)).To(Succeed())
+	g.Eventually(func() int { return len(jobs()) }, 20*time.Second, 50*time.Millisecond).Should(Equal(1))
+	t.Cleanup(func() {
+		for _, j := range jobs() {
+			_ = k8sClient.Delete(context.Background(), &j)
+		}
+	})
+}
