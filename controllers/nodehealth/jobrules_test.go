@@ -118,3 +118,14 @@ func (h *harness) nodeJobs(node string) []string {
 	}
 	return out
 }
+
+// TestNoInputsForABreachingPolicy: a node whose policy breaks the Job rules
+// reads none of its phase's costly inputs, so nothing acts before deciding
+// either (a draining node's drain pass, a breaker reset).
+func TestNoInputsForABreachingPolicy(t *testing.T) {
+	g := NewWithT(t)
+	o := obs(inPhase(draining), fenced)
+	g.Expect(inputsFor(o).drain).To(BeTrue(), "the control: a draining node drains")
+	o.breaches = []string{"spec.remediation.rebootNode.job: image \"x\" is not from an allowed registry (none)"}
+	g.Expect(inputsFor(o)).To(Equal(inputs{}))
+}
