@@ -27,7 +27,7 @@ RBAC_PATHS := $(strip $(foreach d,controllers remediation cmd/gpuhealth-operator
 
 # Generated files that verify-generated checks.
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go api/xid/zz_generated.catalog.go config/crd config/rbac docs/monitors.md charts/gpuhealth/files \
-	config/manager/manager.yaml config/monitor/daemonset.yaml config/default/gpuhealth.yaml
+	config/manager/manager.yaml config/monitor/daemonset.yaml config/jobs/jobs.yaml config/default/gpuhealth.yaml
 # Module files that verify-generated checks after go mod tidy.
 MODFILES := go.mod go.sum
 
@@ -127,7 +127,7 @@ unit: controlplane $(HELM) ## Run unit and envtest suites (the chart's tests run
 # seed corpora also run as plain tests in `make unit`.
 FUZZ_TARGETS := api/xid:FuzzLookup monitors/kmsg:FuzzParse monitors/imex:FuzzParseDaemonStatus \
 	monitors/imex:FuzzParseDomainStatus monitors/fakenvml:FuzzParseScenario monitors/agent:FuzzParseConfig \
-	remediation/suite:FuzzParseNCCLTests remediation/suite:FuzzParseDCGMDiag
+	remediation/suite:FuzzParseNCCLTests remediation/suite:FuzzParseDCGMDiag cmd/gpuhealth-operator:FuzzSplitList
 FUZZTIME ?= 3s
 # make fuzz keeps one instrumented test binary per package here: a package
 # with two targets is linked once, and a later run relinks only what changed.

@@ -203,8 +203,9 @@ func testHelmUpgradeAndUninstall(t *testing.T) {
 	before := deployment(g)
 
 	start := time.Now()
-	_, err := env.Cluster.Helm(ctx, "upgrade", framework.ReleaseName, "charts/gpuhealth", "--namespace", framework.Namespace,
-		"-f", "charts/gpuhealth/values-remediation.yaml", "--set", "operator.replicas=0", "--set", "operator.workers=8", "--wait", "--timeout", "2m")
+	_, err := env.Cluster.Helm(ctx, append([]string{"upgrade", framework.ReleaseName, "charts/gpuhealth", "--namespace", framework.Namespace,
+		"-f", "charts/gpuhealth/values-remediation.yaml", "--set", "operator.replicas=0", "--set", "operator.workers=8", "--wait", "--timeout", "2m"},
+		framework.JobValues()...)...)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("helm upgrade took %s", time.Since(start).Round(time.Millisecond))
 	after := deployment(g)

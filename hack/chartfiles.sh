@@ -35,6 +35,10 @@ render() {
   echo "# Generated from charts/gpuhealth/templates/monitor.yaml by hack/chartfiles.sh (make generate): edit the chart."
   render templates/monitor.yaml
 } > config/monitor/daemonset.yaml
+{
+  echo "# Generated from charts/gpuhealth/templates/jobs.yaml by hack/chartfiles.sh (make generate): edit the chart."
+  render templates/jobs.yaml
+} > config/jobs/jobs.yaml
 
 # The whole product as one manifest for `kubectl apply -k config/default`:
 # the chart's monitor-only profile, without Helm's release labels, after the

@@ -166,6 +166,11 @@ const (
 	ReasonValid = "Valid"
 	// ReasonInvalidSelector: the policy's node selector does not parse.
 	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonJobRulesBreached: a Job template of the policy breaks the
+	// install's Job rules (allowed images, service accounts, privileged
+	// steps, literal environment), so gpuhealth does not act on the policy:
+	// Ready=False on the policy, Managed=False on each node it selects.
+	ReasonJobRulesBreached = "JobRulesBreached"
 	// ReasonBudgetExhausted: quarantined nodes started waiting for the policy's maxUnavailable budget (Warning Event).
 	ReasonBudgetExhausted = "BudgetExhausted"
 	// ReasonBudgetAvailable: no node waits for the budget any more (Normal Event).

@@ -271,9 +271,14 @@ type DrainSpec struct {
 
 // JobTemplate is a Job gpuhealth runs on a node (recertification, GPU reset,
 // node reboot). The operator pins the pod to the node, makes it tolerate the
-// quarantine taint and sets the deadline; the rest comes from here.
+// quarantine taint and gpuhealth's other taints, and sets the deadline; the
+// rest comes from here, within the install's Job rules (chart values jobs:
+// allowed images, service accounts and privileged steps, and no valueFrom),
+// which admission enforces and without which the operator does not act on
+// the policy.
 type JobTemplate struct {
-	// image is the container image.
+	// image is the container image; it must start with one of the
+	// install's allowed prefixes (chart value jobs.allowedImagePrefixes).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
@@ -294,7 +299,8 @@ type JobTemplate struct {
 	// +listType=atomic
 	Args []string `json:"args,omitempty"`
 
-	// env are the container's environment variables.
+	// env are the container's environment variables, literal values only:
+	// valueFrom is refused (it would read the operator's namespace).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -305,7 +311,9 @@ type JobTemplate struct {
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 
-	// serviceAccountName is the pod's service account.
+	// serviceAccountName is the pod's service account, one the install
+	// allows (chart value jobs.allowedServiceAccounts), whose token is
+	// mounted. Unset: gpuhealth-job, which has no RBAC and no token.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
@@ -315,11 +323,14 @@ type JobTemplate struct {
 	// +kubebuilder:validation:MaxLength=253
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 
-	// privileged runs the container privileged (needed for GPU reset and reboot).
+	// privileged runs the container privileged (needed for GPU reset and
+	// reboot); allowed only in the steps the install names (chart value
+	// jobs.privilegedSteps, default reset and reboot).
 	// +optional
 	Privileged bool `json:"privileged,omitempty"`
 
-	// hostPID runs the pod in the host's PID namespace (needed for reboot through nsenter).
+	// hostPID runs the pod in the host's PID namespace (needed for reboot
+	// through nsenter); allowed only where privileged is.
 	// +optional
 	HostPID bool `json:"hostPID,omitempty"`
 

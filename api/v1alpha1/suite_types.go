@@ -156,11 +156,11 @@ type CertificationSpec struct {
 // before the fabric-degraded taint is lifted after a fabric fault resolved.
 type CliqueCertificationSpec struct {
 	// job is the template of each pod of an Indexed Job with one pod per
-	// taking-part node (placed by required node affinity and pod
-	// anti-affinity, tolerating every taint). Completion index 0's output is
-	// judged. A ComputeDomain channel claim, when the test needs one, is
-	// the template's (through its labels and the user's
-	// ResourceClaimTemplate).
+	// taking-part node of those this policy manages (placed by required
+	// node affinity and pod anti-affinity, tolerating gpuhealth's taints).
+	// Completion index 0's output is judged. A ComputeDomain channel
+	// claim, when the test needs one, is the template's (through its
+	// labels and the user's ResourceClaimTemplate).
 	// +required
 	Job JobTemplate `json:"job"`
 

@@ -72,6 +72,10 @@ func run() error {
 	flag.IntVar(&o.burst, "kube-api-burst", 30, "Requests to the apiserver allowed in a burst above --kube-api-qps.")
 	flag.DurationVar(&o.cdDiscovery, "compute-domain-discovery-interval", computedomain.DefaultPollInterval, "How often to ask the apiserver whether NVIDIA's ComputeDomain CRDs (and which of their kinds) are served; a driver installed, upgraded or removed later is noticed within this time.")
 	flag.StringVar(&o.handOffResources, "handoff-resources", "", "Comma-separated resources a Template hand-off may create, each resource.group (\"repairrequests.repair.example.com\"); the chart renders it from operator.handOff.rules. Kinds of the core, batch, apps, rbac.authorization.k8s.io and gpuhealth.dev groups, and objects in --namespace, are refused whatever it says. Empty: none.")
+	flag.StringVar(&o.jobs.serviceAccount, "job-service-account", job.DefaultServiceAccount, "Service account, in --namespace, of the policy's Jobs whose template names none; its token is not mounted. The chart's has no RBAC.")
+	flag.StringVar(&o.jobs.allowedServiceAccounts, "job-allowed-service-accounts", "", "Comma-separated service accounts a policy's Job template may name besides --job-service-account (never gpuhealth-operator or gpuhealth-monitor); empty: none.")
+	flag.StringVar(&o.jobs.privilegedSteps, "job-privileged-steps", string(job.ResetGPU)+","+string(job.RebootNode), "Comma-separated kinds of Job whose template may be privileged or use the host's PID namespace: cert, recert, reset, reboot, clique.")
+	flag.StringVar(&o.jobs.imagePrefixes, "job-image-prefixes", "", "Comma-separated prefixes, each ending in '/', ':' or '@', one of which every image of a policy's Jobs must start with; empty: none, so a policy with any Job is not acted on.")
 	flag.Float64Var(&memLimitRatio, "memory-limit-ratio", 0.9, "The Go runtime's soft memory limit as a share of the container's memory limit ("+memoryLimitEnv+", bytes, which the chart passes from limits.memory): near it the garbage collector runs more often rather than let the process reach the OOM kill; 0 turns it off, and GOMEMLIMIT, when set, wins.")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
@@ -93,6 +97,9 @@ func run() error {
 	}
 	if o.qps <= 0 || o.burst <= 0 {
 		return fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %g and %d", o.qps, o.burst)
+	}
+	if o.jobRules, err = o.jobs.rules(); err != nil {
+		return err
 	}
 
 	scheme := runtime.NewScheme()
@@ -161,6 +168,9 @@ type options struct {
 	burst int
 	// handOffResources is --handoff-resources, unparsed.
 	handOffResources string
+	// jobs are the --job-* flags; jobRules the rules they make.
+	jobs     jobRuleFlags
+	jobRules job.Rules
 }
 
 // setup is the composition root: it builds the clock, recorder and drainer
@@ -218,6 +228,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		Breaker:                 brk,
 		Namespace:               o.namespace,
 		DriverNamespace:         o.driverNamespace,
+		JobRules:                o.jobRules,
 		Outputs:                 job.LogReader{Clientset: clientset},
 		ComputeDomains:          view,
 		MaxConcurrentReconciles: o.workers,
@@ -228,10 +239,10 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		return fmt.Errorf("setting up the nodehealth controller: %w", err)
 	}
 	if err := (&computedomain.FabricReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: clk, Cliques: view,
-		Namespace: o.namespace, Outputs: job.LogReader{Clientset: clientset}}).SetupWithManager(ctx, mgr); err != nil {
+		Namespace: o.namespace, Outputs: job.LogReader{Clientset: clientset}, JobRules: o.jobRules}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the fabric controller: %w", err)
 	}
-	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Breaker: brk}).SetupWithManager(mgr); err != nil {
+	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Breaker: brk, JobRules: o.jobRules}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy status controller: %w", err)
 	}
 	gc := &eventgc.Reconciler{Client: mgr.GetClient(), Clock: clk, Retention: o.eventRetention, MaxPerNode: o.maxEventsPerNode}

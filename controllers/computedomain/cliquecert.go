@@ -57,6 +57,8 @@ type cliqueCert struct {
 	now     time.Time
 	// cliqueID is the clique.
 	cliqueID string
+	// env is what the Job gets besides its template.
+	env job.Env
 }
 
 // certStep is what to do about a clique whose fault resolved.
@@ -121,7 +123,7 @@ func decideCliqueCert(c cliqueCert, namespace string) certStep {
 	if parser == "" {
 		parser = gpuhealthv1alpha1.ParserNCCLTests
 	}
-	j := job.BuildClique(c.cliqueID, c.since, namespace, attempt+1, c.healthy[:n], spec.Job, parser, spec.Timeout.Get(defaultCliqueTimeout))
+	j := job.BuildClique(c.cliqueID, c.since, namespace, attempt+1, c.healthy[:n], spec.Job, parser, spec.Timeout.Get(defaultCliqueTimeout), c.env)
 	return certStep{create: j, requeue: cliqueRecheck, message: fmt.Sprintf("attempt %d on %d nodes: %s", attempt+1, n, strings.Join(c.healthy[:n], ", "))}
 }
 
@@ -134,7 +136,7 @@ func jobAttempt(j *batchv1.Job) int32 {
 // tainted nodes and says whether the taint may go now; requeue is when to
 // look again.
 func (r *FabricReconciler) certifyClique(ctx context.Context, clique string, spec *gpuhealthv1alpha1.CliqueCertificationSpec,
-	nodes []corev1.Node, tainted []*corev1.Node, healthy []string) (lift bool, requeue time.Duration, err error) {
+	nodes []corev1.Node, tainted []*corev1.Node, healthy []string, env job.Env) (lift bool, requeue time.Duration, err error) {
 	logger := log.FromContext(ctx)
 	since := episodeOf(tainted)
 	list := &batchv1.JobList{}
@@ -142,7 +144,7 @@ func (r *FabricReconciler) certifyClique(ctx context.Context, clique string, spe
 		job.KindLabel: string(job.CliqueCertification), job.CliqueLabel: clique, job.EpisodeLabel: job.Episode(since)}); err != nil {
 		return false, 0, fmt.Errorf("listing certification jobs of clique %s: %w", clique, err)
 	}
-	c := cliqueCert{spec: spec, since: since, healthy: healthy, now: r.Clock.Now(), cliqueID: clique}
+	c := cliqueCert{spec: spec, since: since, healthy: healthy, now: r.Clock.Now(), cliqueID: clique, env: env}
 	for i := range list.Items {
 		c.jobs = append(c.jobs, &list.Items[i])
 	}

@@ -24,7 +24,7 @@ import (
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 func cliqueJob(attempt int32, result gpuhealthv1alpha1.JobResult, verdict string, finished time.Time) *batchv1.Job {
-	j := job.BuildClique("c.1", "2026-12-01T11:00:00Z", "ns", attempt, []string{"a", "b"}, gpuhealthv1alpha1.JobTemplate{Image: "nccl"}, gpuhealthv1alpha1.ParserNCCLTests, time.Hour)
+	j := job.BuildClique("c.1", "2026-12-01T11:00:00Z", "ns", attempt, []string{"a", "b"}, gpuhealthv1alpha1.JobTemplate{Image: "nccl"}, gpuhealthv1alpha1.ParserNCCLTests, time.Hour, job.Env{})
 	switch result {
 	case gpuhealthv1alpha1.JobSucceeded:
 		j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(finished)}}
@@ -132,10 +132,13 @@ func ncclReport(busbw float64) []byte {
 		"# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 70.742\n", busbw, busbw)
 }
 
+// cliqueJobRules allow the tests' clique image.
+var cliqueJobRules = job.Rules{ServiceAccount: job.DefaultServiceAccount, ImagePrefixes: []string{"nccl"}}
+
 // TestCliqueCertificationGatesTheFabricTaint: after a fabric fault on a
 // clique resolves, the taint stays while a multi-node NCCL test runs on the
-// clique's healthy nodes; a report below the threshold keeps it, the next
-// attempt's pass lifts it.
+// clique's healthy nodes that the test's policy manages; a report below
+// the threshold keeps it, the next attempt's pass lifts it.
 func TestCliqueCertificationGatesTheFabricTaint(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -177,8 +180,27 @@ func TestCliqueCertificationGatesTheFabricTaint(t *testing.T) {
 		})
 		nodes = append(nodes, n.Name)
 	}
+	// A healthy node of the clique that another policy manages: the
+	// first policy's Job never runs there.
+	other := &gpuhealthv1alpha1.RemediationPolicy{ObjectMeta: metav1.ObjectMeta{Name: label + "-other"}, Spec: gpuhealthv1alpha1.RemediationPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": label + "-other"}},
+	}}
+	g.Expect(k8sClient.Create(ctx, other)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), other) })
+	foreign := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cc-other", Labels: map[string]string{"test": label + "-other", CliqueNodeLabel: clique}}}
+	g.Expect(k8sClient.Create(ctx, foreign)).To(Succeed())
+	foreign.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	g.Expect(k8sClient.Status().Update(ctx, foreign)).To(Succeed())
+	foreignNH := &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: foreign.Name}}
+	g.Expect(k8sClient.Create(ctx, foreignNH)).To(Succeed())
+	foreignNH.Status.Phase = gpuhealthv1alpha1.PhaseHealthy
+	g.Expect(k8sClient.Status().Update(ctx, foreignNH)).To(Succeed())
+	t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), foreign)
+		_ = k8sClient.Delete(context.Background(), foreignNH)
+	})
 	outputs := &fakeOutputs{out: map[string][]byte{}}
-	startFabricWith(t, g, &FabricReconciler{Namespace: "default", Outputs: outputs})
+	startFabricWith(t, g, &FabricReconciler{Namespace: "default", Outputs: outputs, JobRules: cliqueJobRules})
 
 	tainted := func() []string {
 		var out []string
@@ -204,7 +226,7 @@ func TestCliqueCertificationGatesTheFabricTaint(t *testing.T) {
 	g.Expect(k8sClient.Status().Update(ctx, down)).To(Succeed())
 	g.Eventually(func() int { return len(jobs()) }, 20*time.Second, 50*time.Millisecond).Should(Equal(1))
 	first := jobs()[0]
-	g.Expect(jobNodes(&first)).To(Equal(nodes[1:]), "the clique's healthy nodes take part")
+	g.Expect(jobNodes(&first)).To(Equal(nodes[1:]), "the clique's healthy nodes the policy manages take part, not cc-other")
 	g.Consistently(tainted, time.Second, 100*time.Millisecond).Should(HaveLen(3), "the taint stays while the test runs")
 
 	finish := func(j *batchv1.Job, report []byte) {
@@ -236,4 +258,75 @@ func TestCliqueCertificationGatesTheFabricTaint(t *testing.T) {
 	finish(&second, ncclReport(338.82))
 	g.Eventually(tainted, 20*time.Second, 50*time.Millisecond).Should(BeEmpty(), "the pass lifts the taint")
 	g.Expect(jobs()).To(HaveLen(2))
+}
+
+// TestCliqueCertificationOfABreachingPolicyDoesNotRun: a clique test whose
+// template breaks the install's Job rules never runs, and the taint stays
+// after the fault resolves (no test passed) until the policy is fixed.
+func TestCliqueCertificationOfABreachingPolicyDoesNotRun(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	label := "cliquecert-breach"
+	p := &gpuhealthv1alpha1.RemediationPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: label},
+		Spec: gpuhealthv1alpha1.RemediationPolicySpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": label}},
+			ComputeDomain: gpuhealthv1alpha1.ComputeDomainSpec{CliqueCertification: &gpuhealthv1alpha1.CliqueCertificationSpec{
+				Job: gpuhealthv1alpha1.JobTemplate{Image: "docker.io/attacker/nccl:1"}, MaxAttempts: 3,
+			}},
+		},
+	}
+	g.Expect(k8sClient.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), p) })
+	clique := "cluster-z.1"
+	var nodes []string
+	for i := range 2 {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cb-%d", i), Labels: map[string]string{"test": label, CliqueNodeLabel: clique, NodeLabel: "domain-uid"}}}
+		g.Expect(k8sClient.Create(ctx, n)).To(Succeed())
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		g.Expect(k8sClient.Status().Update(ctx, n)).To(Succeed())
+		nh := &gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
+		g.Expect(k8sClient.Create(ctx, nh)).To(Succeed())
+		nh.Status.Phase = gpuhealthv1alpha1.PhaseHealthy
+		g.Expect(k8sClient.Status().Update(ctx, nh)).To(Succeed())
+		t.Cleanup(func() {
+			_ = k8sClient.Delete(context.Background(), n)
+			_ = k8sClient.Delete(context.Background(), nh)
+		})
+		nodes = append(nodes, n.Name)
+	}
+	startFabricWith(t, g, &FabricReconciler{Namespace: "default", Outputs: &fakeOutputs{out: map[string][]byte{}}, JobRules: cliqueJobRules})
+	tainted := func() int {
+		count := 0
+		for _, name := range nodes {
+			n := &corev1.Node{}
+			g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: name}, n)).To(Succeed())
+			if n.Annotations[nodepkg.FabricAnnotation] == clique {
+				count++
+			}
+		}
+		return count
+	}
+	jobs := func() []batchv1.Job {
+		var list batchv1.JobList
+		g.Expect(k8sClient.List(ctx, &list, client.InNamespace("default"), client.MatchingLabels{job.CliqueLabel: clique})).To(Succeed())
+		return list.Items
+	}
+	down := newFinding(ctx, t, g, nodes[0], gpuhealthv1alpha1.CheckIMEXDomain, "DOWN", gpuhealthv1alpha1.SeverityFatal)
+	g.Eventually(tainted, 20*time.Second, 50*time.Millisecond).Should(Equal(2))
+	down.Status.Resolved, down.Status.ResolvedAt = true, ptr.To(metav1.Now())
+	g.Expect(k8sClient.Status().Update(ctx, down)).To(Succeed())
+	g.Consistently(func() int { return len(jobs()) }, 2*time.Second, 100*time.Millisecond).Should(BeZero(), "no Job of a breaching policy")
+	g.Expect(tainted()).To(Equal(2), "the taint stays: no test passed")
+
+	// Fixed: the test runs.
+	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: p.Name}, p)).To(Succeed())
+	p.Spec.ComputeDomain.CliqueCertification.Job.Image = "nccl"
+	g.Expect(k8sClient.Update(ctx, p)).To(Succeed())
+	g.Eventually(func() int { return len(jobs()) }, 20*time.Second, 50*time.Millisecond).Should(Equal(1))
+	t.Cleanup(func() {
+		for _, j := range jobs() {
+			_ = k8sClient.Delete(context.Background(), &j)
+		}
+	})
 }

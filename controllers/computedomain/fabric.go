@@ -64,6 +64,11 @@ type FabricReconciler struct {
 	// Cliques is the DRA driver's word on clique membership (the
 	// ComputeDomain view). Nil: cliques come from node labels alone.
 	Cliques CliqueDirectory
+	// JobRules are the install's rules for the policy's Jobs: a
+	// cliqueCertification of a policy that breaks them is not run, and the
+	// clique's taint stays until the policy is fixed. The zero value allows
+	// no image.
+	JobRules job.Rules
 
 	mu       sync.Mutex
 	degraded map[string]bool
@@ -280,8 +285,15 @@ type clique struct {
 	// managed: a member some policy manages and that is not excluded.
 	eligible, managed map[string]bool
 	// certSpec is the clique certification an eligible member's policy asks
-	// for, nil when none does.
-	certSpec *gpuhealthv1alpha1.CliqueCertificationSpec
+	// for, nil when none does. certPolicy is that policy: its Job runs only
+	// on the members it manages (certNodes), as certEnv says, and not at
+	// all while certBreaches lists what in it the install's Job rules
+	// refuse.
+	certSpec     *gpuhealthv1alpha1.CliqueCertificationSpec
+	certPolicy   string
+	certNodes    map[string]bool
+	certEnv      job.Env
+	certBreaches []string
 	// now is the reconcile's time.
 	now time.Time
 }
@@ -308,7 +320,7 @@ func describe(faults []fabricFault) []string {
 // readClique reads the clique's nodes, the policies that manage them and
 // their open fabric findings.
 func (r *FabricReconciler) readClique(ctx context.Context, name string) (*clique, error) {
-	c := &clique{name: name, eligible: map[string]bool{}, managed: map[string]bool{}, now: r.Clock.Now()}
+	c := &clique{name: name, eligible: map[string]bool{}, managed: map[string]bool{}, certNodes: map[string]bool{}, now: r.Clock.Now()}
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes, client.MatchingFields{gpuhealthv1alpha1.NodeCliqueField: name}); err != nil {
 		return nil, fmt.Errorf("listing nodes of clique %s: %w", name, err)
@@ -333,6 +345,7 @@ func (r *FabricReconciler) readClique(ctx context.Context, name string) (*clique
 	if err := r.Client.List(ctx, policies); err != nil {
 		return nil, fmt.Errorf("listing remediation policies: %w", err)
 	}
+	managing := map[string]string{}
 	for i := range c.nodes {
 		n := &c.nodes[i]
 		driver := r.driverCliques(n.Name)
@@ -354,9 +367,12 @@ func (r *FabricReconciler) readClique(ctx context.Context, name string) (*clique
 		c.eligible[n.Name] = !p.Spec.DryRun && (cd.TaintDegradedCliques == nil || *cd.TaintDegradedCliques)
 		c.managed[n.Name] = true
 		if c.certSpec == nil && c.eligible[n.Name] && cd.CliqueCertification != nil {
-			c.certSpec = cd.CliqueCertification
+			c.certSpec, c.certPolicy = cd.CliqueCertification, p.Name
+			c.certEnv = job.Env{ServiceAccount: r.JobRules.ServiceAccount, Quarantine: p.Spec.Quarantine.Taint}
+			c.certBreaches = r.JobRules.Breaches(&p.Spec)
 		}
 		c.singleReport = c.singleReport || (c.eligible[n.Name] && cd.SingleReportTaintsClique)
+		managing[n.Name] = p.Name
 		evs := &gpuhealthv1alpha1.NodeHealthEventList{}
 		if err := r.Client.List(ctx, evs, client.MatchingFields{gpuhealthv1alpha1.EventNodeNameField: n.Name}); err != nil {
 			return nil, fmt.Errorf("listing events of node %s: %w", n.Name, err)
@@ -375,6 +391,9 @@ func (r *FabricReconciler) readClique(ctx context.Context, name string) (*clique
 		}
 	}
 	sort.Slice(c.faults, func(i, j int) bool { return c.faults[i].String() < c.faults[j].String() })
+	for n, p := range managing {
+		c.certNodes[n] = c.certSpec != nil && p == c.certPolicy
+	}
 	return c, nil
 }
 
@@ -486,11 +505,20 @@ func (r *FabricReconciler) certificationStep(ctx context.Context, c *clique, p c
 	case certStopEpisode:
 		return false, 0, r.stopCliqueCerts(ctx, c.name, p.tainted, &c.now)
 	case certRun:
-		healthy, err := r.healthyNodes(ctx, c.nodes, c.name, c.managed)
+		if len(c.certBreaches) > 0 {
+			// The policy's author chose a Job the install does not allow:
+			// none runs, and the taint stays until the policy is fixed
+			// (its change wakes every clique).
+			log.FromContext(ctx).V(1).Info("Not running clique certification: the policy breaks the install's Job rules",
+				"RemediationPolicy", c.certPolicy, "breaches", gpuhealthv1alpha1.FirstN(c.certBreaches, 3, "; "))
+			return true, 0, nil
+		}
+		// A policy's Job runs only on nodes that policy manages.
+		healthy, err := r.healthyNodes(ctx, c.nodes, c.name, c.certNodes)
 		if err != nil {
 			return false, 0, err
 		}
-		lift, rq, err := r.certifyClique(ctx, c.name, c.certSpec, c.nodes, p.tainted, healthy)
+		lift, rq, err := r.certifyClique(ctx, c.name, c.certSpec, c.nodes, p.tainted, healthy, c.certEnv)
 		return !lift, rq, err
 	}
 	return false, 0, nil

@@ -104,6 +104,11 @@ type Reconciler struct {
 	// there can be a ComputeDomain daemon pod (computedomain.IsDaemonPod).
 	// The manager's cache must hold the pods of this namespace.
 	DriverNamespace string
+	// JobRules are the install's rules for the policy's Jobs: a node whose
+	// policy breaks them is left as it is (no fence, drain or Job) and
+	// says why. The zero value allows no image, so a policy with any Job
+	// breaks it.
+	JobRules job.Rules
 	// Outputs reads what suite Jobs printed, for their parsers. Nil: a step
 	// whose parser needs output fails for want of it.
 	Outputs job.OutputReader

@@ -171,6 +171,15 @@ func decide(o *observation) *plan {
 			"spec.exclude is true: gpuhealth does not touch this node")
 		return d.p
 	}
+	if len(o.breaches) > 0 {
+		// Whoever may edit a policy chooses its Jobs, which the operator
+		// creates with its own rights: one the install's rules refuse is
+		// never acted on, not even for the parts that would be harmless.
+		d.condition(gpuhealthv1alpha1.NodeHealthManagedCondition, false, gpuhealthv1alpha1.ReasonJobRulesBreached,
+			"RemediationPolicy "+o.policy.Name+" breaks the install's Job rules, so gpuhealth does nothing to this node until it is fixed: "+
+				gpuhealthv1alpha1.FirstN(o.breaches, 3, "; "))
+		return d.p
+	}
 	d.condition(gpuhealthv1alpha1.NodeHealthManagedCondition, true, gpuhealthv1alpha1.ReasonManaged, "managed by RemediationPolicy "+o.policy.Name)
 	var err error
 	if d.machine, err = fsm.New(st.Phase); err != nil {
@@ -235,7 +244,7 @@ type inputs struct {
 func inputsFor(o *observation) inputs {
 	var in inputs
 	phase, policy := o.nh.Status.Phase, o.policy.Spec
-	if o.nh.Spec.Exclude || humanUncordoned(o) || newRequest(o.nh) {
+	if o.nh.Spec.Exclude || len(o.breaches) > 0 || humanUncordoned(o) || newRequest(o.nh) {
 		return in // decided without the phase's inputs
 	}
 	in.workloads = phase == "" && policy.Certification.NewNodes

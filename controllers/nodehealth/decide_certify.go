@@ -95,7 +95,7 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 		case gpuhealthv1alpha1.JobFailed:
 			return true, false, fmt.Sprintf("step %s: %s", sr.Name, sr.Message)
 		}
-		want := job.BuildStep(kind, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, step, step.Timeout.Get(defaultJobTimeout))
+		want := job.BuildStep(kind, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, step, step.Timeout.Get(defaultJobTimeout), o.jobEnv)
 		sr.Job, rc.JobName = want.Name, want.Name
 		if sr.StartedAt == nil {
 			sr.StartedAt = &o.now

@@ -123,7 +123,7 @@ func remediationStep(a gpuhealthv1alpha1.Action, spec gpuhealthv1alpha1.Remediat
 func (d *decider) remediated(kind job.Kind, step *gpuhealthv1alpha1.RemediationStep, rc *gpuhealthv1alpha1.RecertificationStatus) bool {
 	o := d.o
 	timeout := step.Timeout.Get(defaultJobTimeout)
-	want := job.Build(kind, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, step.Job, timeout)
+	want := job.Build(kind, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, step.Job, timeout, o.jobEnv)
 	if kind != job.RebootNode {
 		rc.RemediationJob = want.Name
 		return d.jobSucceeded(want, gpuhealthv1alpha1.ReasonRemediating)

@@ -233,6 +233,22 @@ func TestDecide(t *testing.T) {
 			g.Expect(p.node).To(Equal(nodeUnchanged))
 			g.Expect(p.transitions).To(BeEmpty())
 		}},
+		{"the policy breaks the Job rules: nothing done, even mid-recertification, and the condition says why",
+			obs(finding(), breakerClosed, attempt(1), rebootStep, func(o *observation) {
+				o.breaches = []string{`spec.remediation.rebootNode.job: serviceAccountName "gpuhealth-operator" is gpuhealth's own identity and never a Job's`}
+			}), func(g *WithT, p *plan) {
+				c := meta.FindStatusCondition(p.status.Conditions, gpuhealthv1alpha1.NodeHealthManagedCondition)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+				g.Expect(c.Reason).To(Equal(gpuhealthv1alpha1.ReasonJobRulesBreached))
+				g.Expect(c.Message).To(ContainSubstring(`serviceAccountName "gpuhealth-operator"`))
+				g.Expect(p.node).To(Equal(nodeUnchanged))
+				g.Expect(p.createJobs).To(BeEmpty())
+				g.Expect(p.deleteJobs).To(BeFalse())
+				g.Expect(p.transitions).To(BeEmpty())
+				g.Expect(p.reserveBreaker).To(BeFalse())
+				g.Expect(p.status.Phase).To(Equal(recertifying), "left where it was")
+			}},
 		{"unknown phase: no decision", obs(inPhase("Broken")), func(g *WithT, p *plan) {
 			g.Expect(p.err).To(MatchError(ContainSubstring("unknown phase")))
 		}},

@@ -41,6 +41,14 @@ var (
 
 const jobNamespace = "gpuhealth-system"
 
+// testJobRules are the install's Job rules the tests run under: the tests'
+// images (whole names as prefixes: "dcgm", "reset", …), every kind
+// privileged, gpuhealth's own accounts reserved.
+var testJobRules = job.Rules{
+	ServiceAccount: job.DefaultServiceAccount, Reserved: []string{FieldManager, "gpuhealth-monitor"},
+	PrivilegedKinds: job.Kinds, ImagePrefixes: []string{"dcgm", "nccl", "reset", "reboot"},
+}
+
 // TestMain starts the control plane with gpuhealth's CRDs; the
 // ComputeDomain tests install NVIDIA's CRDs in each driver shape
 // (testenv.DriverShapes).
@@ -80,7 +88,7 @@ func newHarness(t *testing.T) *harness {
 	h.r = &Reconciler{
 		Client: client.WithFieldOwner(k8sClient, FieldManager), APIReader: k8sClient, Clock: clk, Recorder: rec,
 		HandOff: client.WithFieldOwner(k8sClient, FieldManager),
-		Drainer: drain.New(k8sClient, k8sClient, clk, jobNamespace), Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace,
+		Drainer: drain.New(k8sClient, k8sClient, clk, jobNamespace), Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, JobRules: testJobRules,
 		expect: newExpectations(clk),
 	}
 	return h
@@ -188,7 +196,7 @@ func (h *harness) reconcileOnce(node string) ctrl.Result {
 // harness's breaker, as the operator's would after the breaker changed.
 func (h *harness) syncPolicy(name string) *gpuhealthv1alpha1.RemediationPolicy {
 	h.t.Helper()
-	r := &policy.Reconciler{Client: k8sClient, Clock: h.clock, Recorder: h.recorder, Breaker: h.r.Breaker}
+	r := &policy.Reconciler{Client: k8sClient, Clock: h.clock, Recorder: h.recorder, Breaker: h.r.Breaker, JobRules: h.r.JobRules}
 	_, err := r.Reconcile(h.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}})
 	h.g.Expect(err).NotTo(HaveOccurred())
 	got := &gpuhealthv1alpha1.RemediationPolicy{}

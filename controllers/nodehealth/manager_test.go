@@ -46,7 +46,7 @@ func startManager(t *testing.T) (stop func()) {
 	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HandOff: k8sClient, Clock: clk,
 		Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
-		Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, MaxConcurrentReconciles: 4,
+		Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, JobRules: testJobRules, MaxConcurrentReconciles: 4,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())
@@ -172,7 +172,7 @@ func TestManagerViewWakesALeavingNode(t *testing.T) {
 			r := &Reconciler{
 				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HandOff: k8sClient, Clock: clk,
 				Recorder: mgr.GetEventRecorder("gpuhealth-test"), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
-				Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, ComputeDomains: view, MaxConcurrentReconciles: 4,
+				Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, JobRules: testJobRules, ComputeDomains: view, MaxConcurrentReconciles: 4,
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())

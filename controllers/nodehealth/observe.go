@@ -48,6 +48,12 @@ type observation struct {
 	cd *observedMembership
 	// namespace is where Jobs run.
 	namespace string
+	// jobEnv is what the node's Jobs get besides their templates: the
+	// install's Job service account and the policy's quarantine taint.
+	jobEnv job.Env
+	// breaches are what in the policy the install's Job rules refuse;
+	// while there are any, nothing is done to the node (decide).
+	breaches []string
 	// jobs are the node's remediation and recertification Jobs, by name.
 	jobs map[string]*batchv1.Job
 	// uncordonedBy names who lifted gpuhealth's cordon, when someone did.
@@ -148,7 +154,9 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 	} else if !r.expect.caughtUp(kindNodeHealth, name, nh) {
 		return nil, &errCacheBehind{kindNodeHealth, name}
 	}
-	o := &observation{now: metav1.NewTime(r.Clock.Now()), node: node, nh: nh, nhMissing: unmanagedUntilNow, policy: policy, namespace: r.Namespace}
+	o := &observation{now: metav1.NewTime(r.Clock.Now()), node: node, nh: nh, nhMissing: unmanagedUntilNow, policy: policy, namespace: r.Namespace,
+		jobEnv:   job.Env{ServiceAccount: r.JobRules.ServiceAccount, Quarantine: policy.Spec.Quarantine.Taint},
+		breaches: r.JobRules.Breaches(&policy.Spec)}
 	list := &gpuhealthv1alpha1.NodeHealthEventList{}
 	if err := r.Client.List(ctx, list, client.MatchingFields{gpuhealthv1alpha1.EventNodeNameField: name}); err != nil {
 		return nil, fmt.Errorf("listing events of node %s: %w", name, err)

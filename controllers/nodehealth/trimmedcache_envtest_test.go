@@ -45,7 +45,7 @@ func startTrimmedManager(t *testing.T, outputs job.OutputReader) {
 	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HandOff: k8sClient, Clock: clk,
 		Recorder: mgr.GetEventRecorder(FieldManager), Drainer: drain.New(mgr.GetClient(), k8sClient, clk, jobNamespace),
-		Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, Outputs: outputs, MaxConcurrentReconciles: 4,
+		Breaker: breaker.New(), Namespace: jobNamespace, DriverNamespace: driverNamespace, JobRules: testJobRules, Outputs: outputs, MaxConcurrentReconciles: 4,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.Expect(index.Register(ctx, mgr.GetFieldIndexer())).To(Succeed())

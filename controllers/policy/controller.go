@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies,verbs=get;list;watch
@@ -57,6 +59,10 @@ type Reconciler struct {
 	// node, and the changes in between fold into the next count. Zero means
 	// one second.
 	MinInterval time.Duration
+	// JobRules are the install's rules for the policy's Jobs; a policy that
+	// breaks them is Ready=False with the breaches (and no controller acts
+	// on it). The zero value allows no image.
+	JobRules job.Rules
 
 	mu      sync.Mutex
 	counted map[string]time.Time
@@ -230,16 +236,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	setBudgetMetrics(p)
 	p.Status.ObservedGeneration = p.Generation
-	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
-		Type: gpuhealthv1alpha1.PolicyReadyCondition, Status: metav1.ConditionTrue, Reason: gpuhealthv1alpha1.ReasonValid,
-		Message: fmt.Sprintf("managing %d nodes", len(managed)), ObservedGeneration: p.Generation, LastTransitionTime: now,
-	})
+	meta.SetStatusCondition(&p.Status.Conditions, readyCondition(p, len(managed), r.JobRules.Breaches(&p.Spec), now))
 	if err := r.patch(ctx, before, p); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.budgetEvent(before, p)
 	r.breakerEvent(before, p)
 	return ctrl.Result{RequeueAfter: breakerRecheck}, nil
+}
+
+// readyCondition is the policy's Ready condition for a selector that
+// parses: False while its Job templates break the install's rules, listing
+// the breaches (the nodehealth and fabric controllers do not act on it
+// meanwhile), else True. The counts stay: they show what the policy
+// would manage.
+func readyCondition(p *gpuhealthv1alpha1.RemediationPolicy, managed int, breaches []string, now metav1.Time) metav1.Condition {
+	if len(breaches) > 0 {
+		return metav1.Condition{
+			Type: gpuhealthv1alpha1.PolicyReadyCondition, Status: metav1.ConditionFalse, Reason: gpuhealthv1alpha1.ReasonJobRulesBreached,
+			Message: gpuhealthv1alpha1.Truncate(fmt.Sprintf("%d breaches of the install's Job rules; gpuhealth does not act on this policy's %d nodes until they are fixed: %s",
+				len(breaches), managed, strings.Join(breaches, "; ")), 32768),
+			ObservedGeneration: p.Generation, LastTransitionTime: now,
+		}
+	}
+	return metav1.Condition{
+		Type: gpuhealthv1alpha1.PolicyReadyCondition, Status: metav1.ConditionTrue, Reason: gpuhealthv1alpha1.ReasonValid,
+		Message: fmt.Sprintf("managing %d nodes", managed), ObservedGeneration: p.Generation, LastTransitionTime: now,
+	}
 }
 
 // mirrorBreaker writes the breaker's state into the policy's status. A

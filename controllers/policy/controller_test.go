@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -20,6 +21,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
 var k8sClient client.Client
@@ -238,4 +240,57 @@ func TestRecountsWhenANodeStartsWaiting(t *testing.T) {
 	other := waiting.DeepCopy()
 	other.Status.Message = "a new message"
 	g.Expect(phaseChanged.Update(event.UpdateEvent{ObjectOld: waiting, ObjectNew: other})).To(BeFalse())
+}
+
+// TestJobRulesBreachedIsNotReady: a policy whose Job templates break the
+// install's rules is Ready=False with every breach named; fixing it makes
+// it Ready again.
+func TestJobRulesBreachedIsNotReady(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	rules := job.Rules{
+		ServiceAccount: job.DefaultServiceAccount, Reserved: []string{"gpuhealth-operator"},
+		PrivilegedKinds: []job.Kind{job.ResetGPU, job.RebootNode}, ImagePrefixes: []string{"nvcr.io/nvidia/"},
+	}
+	p := &gpuhealthv1alpha1.RemediationPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "breaches"},
+		Spec: gpuhealthv1alpha1.RemediationPolicySpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "breaches"}},
+			Recertification: gpuhealthv1alpha1.RecertificationSpec{Steps: []gpuhealthv1alpha1.SuiteStep{{
+				Name: "dcgm", Job: gpuhealthv1alpha1.JobTemplate{Image: "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04", Privileged: true, ServiceAccountName: "gpuhealth-operator"},
+			}}},
+		},
+	}
+	g.Expect(k8sClient.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), p) })
+	g.Expect(k8sClient.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "breaches-a", Labels: map[string]string{"pool": "breaches"}}})).To(Succeed())
+
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	r := &Reconciler{Client: k8sClient, Clock: clk, Recorder: events.NewFakeRecorder(10), JobRules: rules}
+	ready := func() metav1.Condition {
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		g.Expect(err).NotTo(HaveOccurred())
+		clk.Step(time.Minute) // past MinInterval
+		got := &gpuhealthv1alpha1.RemediationPolicy{}
+		g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
+		c := meta.FindStatusCondition(got.Status.Conditions, gpuhealthv1alpha1.PolicyReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		return *c
+	}
+	c := ready()
+	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(c.Reason).To(Equal(gpuhealthv1alpha1.ReasonJobRulesBreached))
+	g.Expect(c.Message).To(And(
+		HavePrefix("2 breaches of the install's Job rules; gpuhealth does not act on this policy's 1 nodes until they are fixed: "),
+		ContainSubstring(`spec.recertification.steps[dcgm].job: serviceAccountName "gpuhealth-operator" is gpuhealth's own identity`),
+		ContainSubstring("spec.recertification.steps[dcgm].job: privileged is allowed only for steps reset, reboot, not recert"),
+	))
+
+	// Fixed: Ready again.
+	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: p.Name}, p)).To(Succeed())
+	p.Spec.Recertification.Steps[0].Job.Privileged, p.Spec.Recertification.Steps[0].Job.ServiceAccountName = false, ""
+	g.Expect(k8sClient.Update(ctx, p)).To(Succeed())
+	c = ready()
+	g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+	g.Expect(c.Reason).To(Equal(gpuhealthv1alpha1.ReasonValid))
 }

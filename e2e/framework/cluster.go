@@ -345,9 +345,19 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 // operator's Deployment gets no replicas: the suite runs the operator as a
 // host process, as its service account.
 func (c *Cluster) Install(ctx context.Context) error {
-	_, err := c.Helm(ctx, "upgrade", "--install", ReleaseName, "charts/gpuhealth", "--namespace", Namespace, "--create-namespace",
-		"-f", "charts/gpuhealth/values-remediation.yaml", "--set", "operator.replicas=0", "--wait", "--timeout", "2m")
+	args := append([]string{"upgrade", "--install", ReleaseName, "charts/gpuhealth", "--namespace", Namespace, "--create-namespace",
+		"-f", "charts/gpuhealth/values-remediation.yaml", "--set", "operator.replicas=0", "--wait", "--timeout", "2m"}, JobValues()...)
+	_, err := c.Helm(ctx, args...)
 	return err
+}
+
+// JobImagePrefixes are the images the suites' policies' Jobs may use: the
+// default policy's, and registry.invalid/, the fake images kwok "runs".
+var JobImagePrefixes = []string{"nvcr.io/nvidia/", "registry.k8s.io/e2e-test-images/agnhost:", "registry.invalid/"}
+
+// JobValues are the chart arguments that allow JobImagePrefixes.
+func JobValues() []string {
+	return []string{"--set-json", `jobs.allowedImagePrefixes=["` + strings.Join(JobImagePrefixes, `","`) + `"]`}
 }
 
 // ReleaseName is the suite's Helm release.

@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -67,8 +68,11 @@ func NewOperatorWith(ctx context.Context, c *Cluster, bin, dir string, o Operato
 	}
 	// Leader election stays on unless asked (its Lease RBAC is part of what
 	// the suite tests).
+	// The Job rules the chart gives the operator for the suites' values
+	// (JobValues): the chart adds its own registry.
 	args := []string{"--kubeconfig", kc, "--namespace", Namespace, "--leader-elect=" + strconv.FormatBool(!o.NoLeaderElection),
-		"--health-probe-bind-address", health, "--metrics-bind-address", metrics}
+		"--health-probe-bind-address", health, "--metrics-bind-address", metrics,
+		"--job-image-prefixes=" + strings.Join(append(slices.Clone(JobImagePrefixes), "ghcr.io/gpuhealth/"), ",")}
 	if o.Pprof {
 		if p.Pprof, err = FreeAddr(); err != nil {
 			return nil, err

@@ -40,10 +40,12 @@ func CliqueName(clique, since string, attempt int32) string {
 
 // BuildClique returns the Indexed Job of a clique certification: one pod per
 // node of nodes (required node affinity on their names, and required pod
-// anti-affinity on the hostname among the Job's pods), tolerating every
-// taint (the clique carries fabric-degraded), never restarted and without
-// retries of its own. Completion index 0's output is judged.
-func BuildClique(clique, since, namespace string, attempt int32, nodes []string, tmpl gpuhealthv1alpha1.JobTemplate, parser gpuhealthv1alpha1.ParserType, timeout time.Duration) *batchv1.Job {
+// anti-affinity on the hostname among the Job's pods), tolerating the
+// taints of Tolerations (the clique carries fabric-degraded), never
+// restarted and without retries of its own. The caller has checked the
+// template against the install's Rules, and that the policy it comes from
+// manages every node of nodes. Completion index 0's output is judged.
+func BuildClique(clique, since, namespace string, attempt int32, nodes []string, tmpl gpuhealthv1alpha1.JobTemplate, parser gpuhealthv1alpha1.ParserType, timeout time.Duration, env Env) *batchv1.Job {
 	name := CliqueName(clique, since, attempt)
 	ours := map[string]string{KindLabel: string(CliqueCertification), CliqueLabel: clique, EpisodeLabel: Episode(since),
 		AttemptLabel: strconv.Itoa(int(attempt)), ParserLabel: string(parser)}
@@ -54,7 +56,7 @@ func BuildClique(clique, since, namespace string, attempt int32, nodes []string,
 			TopologyKey:   corev1.LabelHostname,
 		}}},
 	}
-	j := build(name, namespace, CliqueCertification, ours, since, tmpl, affinity, timeout)
+	j := build(name, namespace, CliqueCertification, ours, since, tmpl, affinity, timeout, env)
 	n := int32(len(nodes))
 	j.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
 	j.Spec.Completions, j.Spec.Parallelism = ptr.To(n), ptr.To(n)

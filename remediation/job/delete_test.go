@@ -43,7 +43,7 @@ const (
 // controller would write in that state.
 func create(g *WithT, kind job.Kind, node, ns string, attempt int32, s state) *batchv1.Job {
 	ctx := context.Background()
-	j := job.Build(kind, node, ns, attempt, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), tmpl, 20*time.Minute)
+	j := job.Build(kind, node, ns, attempt, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), tmpl, 20*time.Minute, job.Env{ServiceAccount: job.DefaultServiceAccount})
 	g.Expect(k8sClient.Create(ctx, j)).To(Succeed())
 	setState(g, j, s)
 	return j

@@ -80,17 +80,55 @@ func Name(kind Kind, node string, attempt int32, started time.Time) string {
 	return prefix + strings.TrimRight(node[:keep], ".-") + "-" + hash + suffix
 }
 
+// Env is what a Job gets from the install and its policy besides its
+// template.
+type Env struct {
+	// ServiceAccount is the pod's service account when the template names
+	// none (Rules.ServiceAccount); its token is not mounted.
+	ServiceAccount string
+	// Quarantine is the policy's quarantine taint, which the pod
+	// tolerates; nil: the policy taints nothing.
+	Quarantine *gpuhealthv1alpha1.TaintSpec
+}
+
 // Build returns the Job of a kind for a node. The pod is pinned to the node
 // with required node affinity on metadata.name (so the scheduler still
-// checks resources such as nvidia.com/gpu), tolerates every taint (the node
-// is cordoned and tainted by us, and perhaps by a human), never restarts, and
-// the Job has no retries of its own: gpuhealth counts attempts.
-func Build(kind Kind, node, namespace string, attempt int32, started time.Time, tmpl gpuhealthv1alpha1.JobTemplate, timeout time.Duration) *batchv1.Job {
+// checks resources such as nvidia.com/gpu), tolerates the taints gpuhealth
+// and the node lifecycle put on a node it works on (Tolerations), never
+// restarts, and the Job has no retries of its own: gpuhealth counts
+// attempts. The caller has checked the template against the install's
+// Rules and the node against the policy's nodeSelector.
+func Build(kind Kind, node, namespace string, attempt int32, started time.Time, tmpl gpuhealthv1alpha1.JobTemplate, timeout time.Duration, env Env) *batchv1.Job {
 	ours := map[string]string{NodeLabel: node, KindLabel: string(kind), AttemptLabel: strconv.Itoa(int(attempt))}
 	affinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: onNodes(node)},
 	}}
-	return build(Name(kind, node, attempt, started), namespace, kind, ours, started.UTC().Format(time.RFC3339), tmpl, affinity, timeout)
+	return build(Name(kind, node, attempt, started), namespace, kind, ours, started.UTC().Format(time.RFC3339), tmpl, affinity, timeout, env)
+}
+
+// Tolerations are the taints a Job's pod tolerates, each by key and
+// effect, never every taint: the policy's quarantine taint, gpuhealth's
+// uncertified and fabric-degraded taints, and those the node lifecycle
+// puts on a cordoned node (unschedulable) and on one that stops reporting
+// during a reset or reboot (not-ready, unreachable; without
+// tolerationSeconds, so the pod is not evicted while the node comes back).
+// A taint someone else put on the node (a control-plane node's, a
+// maintenance taint) keeps the Job off it.
+func Tolerations(quarantine *gpuhealthv1alpha1.TaintSpec) []corev1.Toleration {
+	exists := func(key string, effect corev1.TaintEffect) corev1.Toleration {
+		return corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: effect}
+	}
+	out := []corev1.Toleration{}
+	if quarantine != nil {
+		out = append(out, exists(quarantine.Key, quarantine.Effect))
+	}
+	return append(out,
+		exists(gpuhealthv1alpha1.UncertifiedTaintKey, corev1.TaintEffectNoSchedule),
+		exists(gpuhealthv1alpha1.FabricDegradedTaintKey, corev1.TaintEffectNoSchedule),
+		exists(corev1.TaintNodeUnschedulable, corev1.TaintEffectNoSchedule),
+		exists(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute),
+		exists(corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute),
+	)
 }
 
 // onNodes is one node-affinity term per node (terms are ORed; a field
@@ -106,10 +144,11 @@ func onNodes(nodes ...string) []corev1.NodeSelectorTerm {
 }
 
 // build is the Job every kind shares: our labels on the Job and its pod
-// (over the template's), one container named for the kind, every taint
-// tolerated, no restart and no retry of its own, the deadline and a day's
-// TTL for the logs.
-func build(name, namespace string, kind Kind, ours map[string]string, started string, tmpl gpuhealthv1alpha1.JobTemplate, affinity *corev1.Affinity, timeout time.Duration) *batchv1.Job {
+// (over the template's), one container named for the kind, the taints of
+// Tolerations tolerated, the service account of env unless the template
+// names one (whose token alone is mounted), no restart and no retry of its
+// own, the deadline and a day's TTL for the logs.
+func build(name, namespace string, kind Kind, ours map[string]string, started string, tmpl gpuhealthv1alpha1.JobTemplate, affinity *corev1.Affinity, timeout time.Duration, env Env) *batchv1.Job {
 	labels := map[string]string{}
 	for k, v := range tmpl.Labels {
 		labels[k] = v
@@ -131,6 +170,12 @@ func build(name, namespace string, kind Kind, ours map[string]string, started st
 	if tmpl.Privileged {
 		container.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 	}
+	// A named account is one the install allowed (Rules) for its rights;
+	// gpuhealth's own has none, so its token would only be something to steal.
+	account, token := tmpl.ServiceAccountName, true
+	if account == "" || account == env.ServiceAccount {
+		account, token = env.ServiceAccount, false
+	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: namespace, Labels: ours,
@@ -143,13 +188,14 @@ func build(name, namespace string, kind Kind, ours map[string]string, started st
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: tmpl.Annotations},
 				Spec: corev1.PodSpec{
-					RestartPolicy:      corev1.RestartPolicyNever,
-					ServiceAccountName: tmpl.ServiceAccountName,
-					PriorityClassName:  tmpl.PriorityClassName,
-					HostPID:            tmpl.HostPID,
-					Containers:         []corev1.Container{container},
-					Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-					Affinity:           affinity,
+					RestartPolicy:                corev1.RestartPolicyNever,
+					ServiceAccountName:           account,
+					AutomountServiceAccountToken: ptr.To(token),
+					PriorityClassName:            tmpl.PriorityClassName,
+					HostPID:                      tmpl.HostPID,
+					Containers:                   []corev1.Container{container},
+					Tolerations:                  Tolerations(env.Quarantine),
+					Affinity:                     affinity,
 				},
 			},
 		},

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
@@ -39,7 +40,8 @@ func TestBuild(t *testing.T) {
 		Labels:    map[string]string{"team": "infra", NodeLabel: "spoofed"},
 		Resources: &corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resourceQuantity("8")}},
 	}
-	j := Build(Recertification, "gpu-node-1", "gpuhealth-system", 3, time.Time{}, tmpl, 20*time.Minute)
+	quarantine := &gpuhealthv1alpha1.TaintSpec{Key: "example.com/gpu-quarantine", Effect: corev1.TaintEffectNoExecute}
+	j := Build(Recertification, "gpu-node-1", "gpuhealth-system", 3, time.Time{}, tmpl, 20*time.Minute, Env{ServiceAccount: DefaultServiceAccount, Quarantine: quarantine})
 	g.Expect(j.Name).To(Equal(Name(Recertification, "gpu-node-1", 3, time.Time{})))
 	g.Expect(j.Namespace).To(Equal("gpuhealth-system"))
 	g.Expect(*j.Spec.BackoffLimit).To(BeEquivalentTo(0), "gpuhealth counts attempts, not the Job")
@@ -50,12 +52,55 @@ func TestBuild(t *testing.T) {
 	g.Expect(pod.Labels).To(HaveKeyWithValue(AttemptLabel, "3"))
 	g.Expect(pod.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
 	g.Expect(pod.Spec.HostPID).To(BeTrue())
-	g.Expect(pod.Spec.Tolerations).To(ConsistOf(corev1.Toleration{Operator: corev1.TolerationOpExists}))
+	g.Expect(pod.Spec.ServiceAccountName).To(Equal(DefaultServiceAccount), "the install's Job account, without RBAC")
+	g.Expect(pod.Spec.AutomountServiceAccountToken).To(Equal(ptr.To(false)), "no token to steal")
+	for _, tol := range pod.Spec.Tolerations {
+		g.Expect(tol.Key).NotTo(BeEmpty(), "no toleration of every taint: %+v", tol)
+		g.Expect(tol.Operator).To(Equal(corev1.TolerationOpExists))
+		g.Expect(tol.Effect).NotTo(BeEmpty(), "each by key and effect: %+v", tol)
+	}
+	keys := func(ts []corev1.Toleration) []string {
+		var out []string
+		for _, t := range ts {
+			out = append(out, t.Key+":"+string(t.Effect))
+		}
+		return out
+	}
+	g.Expect(keys(pod.Spec.Tolerations)).To(ConsistOf(
+		"example.com/gpu-quarantine:NoExecute", // the policy's quarantine taint
+		gpuhealthv1alpha1.UncertifiedTaintKey+":NoSchedule",
+		gpuhealthv1alpha1.FabricDegradedTaintKey+":NoSchedule",
+		corev1.TaintNodeUnschedulable+":NoSchedule",
+		corev1.TaintNodeNotReady+":NoExecute",
+		corev1.TaintNodeUnreachable+":NoExecute",
+	))
+	g.Expect(keys(pod.Spec.Tolerations)).NotTo(ContainElement(HavePrefix("node-role.kubernetes.io/control-plane")))
 	term := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0]
 	g.Expect(term.MatchFields[0].Values).To(Equal([]string{"gpu-node-1"}))
 	c := pod.Spec.Containers[0]
 	g.Expect(*c.SecurityContext.Privileged).To(BeTrue())
 	g.Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")))
+}
+
+func TestBuildServiceAccount(t *testing.T) {
+	cases := []struct {
+		name      string
+		named     string
+		wantSA    string
+		wantToken bool
+	}{
+		{name: "a template that names none runs as the install's Job account without its token", wantSA: DefaultServiceAccount},
+		{name: "a template that names the Job account gets no token either", named: DefaultServiceAccount, wantSA: DefaultServiceAccount},
+		{name: "a template that names an account the install allowed gets its token", named: "dcgm-exporter", wantSA: "dcgm-exporter", wantToken: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			j := Build(ResetGPU, "n", "ns", 1, time.Time{}, gpuhealthv1alpha1.JobTemplate{Image: "i", ServiceAccountName: tc.named}, time.Minute, Env{ServiceAccount: DefaultServiceAccount})
+			g.Expect(j.Spec.Template.Spec.ServiceAccountName).To(Equal(tc.wantSA))
+			g.Expect(j.Spec.Template.Spec.AutomountServiceAccountToken).To(Equal(ptr.To(tc.wantToken)))
+		})
+	}
 }
 
 func TestResult(t *testing.T) {

@@ -18,8 +18,8 @@ func StepName(kind Kind, step, node string, attempt int32, started time.Time) st
 // named by StepName and labelled with the step and its parser. A step
 // without a name is the one-step suite of recertification.job and keeps
 // Build's name.
-func BuildStep(kind Kind, node, namespace string, attempt int32, started time.Time, step gpuhealthv1alpha1.SuiteStep, timeout time.Duration) *batchv1.Job {
-	j := Build(kind, node, namespace, attempt, started, step.Job, timeout)
+func BuildStep(kind Kind, node, namespace string, attempt int32, started time.Time, step gpuhealthv1alpha1.SuiteStep, timeout time.Duration, env Env) *batchv1.Job {
+	j := Build(kind, node, namespace, attempt, started, step.Job, timeout, env)
 	parser := step.Parser.Type
 	if parser == "" {
 		parser = gpuhealthv1alpha1.ParserExitCode
