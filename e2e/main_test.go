@@ -66,7 +66,10 @@ func run(m *testing.M) int {
 		// Finished findings go after 20 s instead of a week, so the suite sees the garbage collector work.
 		// The ComputeDomain cases switch NVIDIA's driver shapes (CRDs) within
 		// the run; the operator notices within a second instead of 30.
-		OperatorArgs: []string{"--event-retention=" + eventRetention.String(), "--compute-domain-discovery-interval=1s"},
+		// The hand-off case's template kind, allowed as the chart allows
+		// what operator.handOff.rules grant (the case sets those rules).
+		OperatorArgs: []string{"--event-retention=" + eventRetention.String(), "--compute-domain-discovery-interval=1s",
+			"--handoff-resources=repairrequests.repair.e2e.gpuhealth.dev"},
 	})
 	code := 1
 	var metrics *framework.MetricsRecorder
