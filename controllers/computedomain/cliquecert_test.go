@@ -271,7 +271,7 @@ func TestCliqueCertificationOfABreachingPolicyDoesNotRun(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: label},
 		Spec: gpuhealthv1alpha1.RemediationPolicySpec{
 			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": label}},
-			ComputeDomain: gpuhealthv1alpha1.ComputeDomainSpec{CliqueCertification: &gpuhealthv1alpha1.CliqueCertificationSpec{
+			ComputeDomain: gpuhealthv1alpha1.ComputeDomainSpec{SingleReportTaintsClique: true, CliqueCertification: &gpuhealthv1alpha1.CliqueCertificationSpec{
 				Job: gpuhealthv1alpha1.JobTemplate{Image: "docker.io/attacker/nccl:1"}, MaxAttempts: 3,
 			}},
 		},
