@@ -37,7 +37,10 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=gpuhealth-system
+// Leader election: the Lease, and the core Events it records on the Lease
+// when a replica takes or gives up the lead.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=gpuhealth-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create,namespace=gpuhealth-system
 
 func main() {
 	if err := run(); err != nil {
@@ -48,19 +51,15 @@ func main() {
 
 func run() error {
 	var (
-		metricsAddr    string
-		probeAddr      string
-		pprofAddr      string
-		leaderElect    bool
-		leaderElection string
-		memLimitRatio  float64
-		o              options
+		memLimitRatio float64
+		s             serving
+		o             options
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
-	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address Go's pprof endpoints bind to, for profiling; \"0\" (the default) turns them off.")
-	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica acts at a time.")
-	flag.StringVar(&leaderElection, "leader-election-id", "gpuhealth-operator.gpuhealth.dev", "Name of the leader election Lease.")
+	flag.StringVar(&s.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
+	flag.StringVar(&s.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "Address Go's pprof endpoints bind to, for profiling; \"0\" (the default) turns them off.")
+	flag.BoolVar(&s.leaderElect, "leader-elect", true, "Elect a leader so that only one replica acts at a time.")
+	flag.StringVar(&s.leaderElectionID, "leader-election-id", "gpuhealth-operator.gpuhealth.dev", "Name of the leader election Lease.")
 	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "gpuhealth-system"), "Namespace of the leader election Lease and of recertification and remediation Jobs.")
 	flag.StringVar(&o.driverNamespace, "compute-domain-driver-namespace", computedomain.DefaultDriverNamespace, "Namespace of NVIDIA's DRA driver, where the ComputeDomain daemon pods and ComputeDomainCliques are; a pod labelled with a domain, or a clique, anywhere else ties no node to a domain, and the operator caches no pod outside it.")
 	flag.IntVar(&o.workers, "workers", 16, "Nodes reconciled in parallel.")
@@ -95,11 +94,8 @@ func run() error {
 		return fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %g and %d", o.qps, o.burst)
 	}
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := gpuhealthv1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := newScheme()
+	if err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()
@@ -107,24 +103,7 @@ func run() error {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme,
-		// Every write names the operator, whatever the binary is called:
-		// the reconciler tells its own writes of a Node from a human's by it.
-		Client:                        client.Options{FieldOwner: nodehealth.FieldManager},
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:        probeAddr,
-		PprofBindAddress:              pprofAddr,
-		LeaderElection:                leaderElect,
-		LeaderElectionID:              leaderElection,
-		LeaderElectionNamespace:       o.namespace,
-		LeaderElectionReleaseOnCancel: true,
-		// Jobs are watched only in the operator's namespace (a namespaced
-		// Role, not cluster-wide access), Pods only in the DRA driver's;
-		// every object is cached without managedFields, and Pods and Nodes
-		// with only what is read of them.
-		Cache: cachetrim.CacheOptions(o.namespace, o.driverNamespace),
-	})
+	mgr, err := ctrl.NewManager(cfg, managerOptions(scheme, s, o))
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
@@ -138,8 +117,57 @@ func run() error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
-	ctrl.Log.WithName("setup").Info("Starting manager", "namespace", o.namespace, "leaderElect", leaderElect)
+	ctrl.Log.WithName("setup").Info("Starting manager", "namespace", o.namespace, "leaderElect", s.leaderElect)
 	return mgr.Start(ctx)
+}
+
+// newScheme holds the Kubernetes kinds and gpuhealth's.
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := gpuhealthv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return scheme, nil
+}
+
+// serving are the flags of the manager's endpoints and leader election.
+type serving struct {
+	// metricsAddr is the metrics endpoint's address; "0" turns it off.
+	metricsAddr      string
+	probeAddr        string
+	pprofAddr        string
+	leaderElect      bool
+	leaderElectionID string
+}
+
+// managerOptions are the manager's options for the flags.
+func managerOptions(scheme *runtime.Scheme, s serving, o options) ctrl.Options {
+	return ctrl.Options{
+		Scheme: scheme,
+		// Every write names the operator, whatever the binary is called:
+		// the reconciler tells its own writes of a Node from a human's by it.
+		Client:                        client.Options{FieldOwner: nodehealth.FieldManager},
+		Metrics:                       metricsOptions(s),
+		HealthProbeBindAddress:        s.probeAddr,
+		PprofBindAddress:              s.pprofAddr,
+		LeaderElection:                s.leaderElect,
+		LeaderElectionID:              s.leaderElectionID,
+		LeaderElectionNamespace:       o.namespace,
+		LeaderElectionReleaseOnCancel: true,
+		// Jobs are watched only in the operator's namespace (a namespaced
+		// Role, not cluster-wide access), Pods only in the DRA driver's;
+		// every object is cached without managedFields, and Pods and Nodes
+		// with only what is read of them.
+		Cache: cachetrim.CacheOptions(o.namespace, o.driverNamespace),
+	}
+}
+
+// metricsOptions serve the metrics.
+func metricsOptions(s serving) metricsserver.Options {
+	return metricsserver.Options{BindAddress: s.metricsAddr}
 }
 
 // options are the flags the controllers take.
