@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -63,7 +67,7 @@ func TestMain(m *testing.M) {
 		}
 		// What the user installs: the service account, the ClusterRole and
 		// Role the markers make, and their bindings.
-		for _, f := range []string{"service_account.yaml", "role.yaml", "role_binding.yaml"} {
+		for _, f := range []string{"service_account.yaml", "role.yaml", "role_binding.yaml", "metrics_reader_role.yaml"} {
 			if err := apply(ctx, e.Client, filepath.Join("..", "..", "config", "rbac", f)); err != nil {
 				return err
 			}
@@ -110,8 +114,8 @@ var notReached = map[apirecord.Call]string{
 
 // TestOperatorRBACIsWhatItUses runs the operator through a node's whole
 // cycle (finding, quarantine, drain, recertification, return), an ignored
-// finding's garbage collection, a dead ComputeDomain member's pod and a suite
-// step's output, and checks
+// finding's garbage collection, a dead ComputeDomain member's pod, a suite
+// step's output and one authenticated scrape of its metrics, and checks
 // that the apiserver refused nothing and that the calls it made are exactly
 // the calls config/rbac grants (a read verb counts as used when a read
 // that reveals as much was: apirecord.Diff).
@@ -127,8 +131,9 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	cfg := rec.Wrap(operatorConfig)
 	scheme, err := newScheme()
 	g.Expect(err).NotTo(HaveOccurred())
+	metricsAddr := freeAddr(t)
 	opts := managerOptions(scheme,
-		serving{metricsAddr: "0", probeAddr: "0", pprofAddr: "0", leaderElect: true, leaderElectionID: "gpuhealth-operator.gpuhealth.dev"},
+		serving{metricsAddr: metricsAddr, metricsSecure: true, probeAddr: "0", pprofAddr: "0", leaderElect: true, leaderElectionID: "gpuhealth-operator.gpuhealth.dev"},
 		options{namespace: namespace, workers: 4, eventRetention: time.Nanosecond, maxEventsPerNode: 100, cdDiscovery: time.Second, qps: 100, burst: 100})
 	opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
 	// Quick leader election, so that a renewal falls inside the test.
@@ -274,6 +279,11 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	}
 	g.Eventually(func() []apirecord.Call { return rec.Calls() }).Should(ContainElement(apirecord.Call{Verb: "patch", Group: "events.k8s.io", Resource: "events"}))
 
+	// One scrape of the metrics, with a token allowed to read them: the
+	// endpoint has the token reviewed and the access authorized.
+	token := scraperToken(ctx, g, true)
+	g.Eventually(func() (int, error) { return scrape(metricsAddr, token) }).Should(Equal(http.StatusOK))
+
 	stop()
 	granted := grantedCalls(t, g)
 	unused, ungranted := apirecord.Diff(granted, rec.Calls())
@@ -308,6 +318,38 @@ func lines(calls []apirecord.Call) string {
 	return b.String()
 }
 
+// TestMetricsNeedAnAuthorizedToken: the operator's metrics answer only a
+// bearer token the apiserver authenticates and allows to GET /metrics.
+func TestMetricsNeedAnAuthorizedToken(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	scheme, err := newScheme()
+	g.Expect(err).NotTo(HaveOccurred())
+	addr := freeAddr(t)
+	opts := managerOptions(scheme, serving{metricsAddr: addr, metricsSecure: true, probeAddr: "0", pprofAddr: "0"}, options{namespace: namespace})
+	mgr, err := ctrl.NewManager(operatorConfig, opts)
+	g.Expect(err).NotTo(HaveOccurred())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		g.Expect(<-done).To(Succeed())
+	}()
+	g.Eventually(func() error { _, err := scrape(addr, ""); return err }, 10*time.Second).Should(Succeed(), "it serves HTTPS")
+	g.Expect(scrape(addr, "")).To(Equal(http.StatusUnauthorized), "no token")
+	// controller-runtime's filter answers a token the TokenReview calls
+	// invalid with 500, as for any error the review returns.
+	g.Expect(scrape(addr, "not-a-token")).To(BeNumerically(">=", 400), "a token the apiserver does not know")
+	g.Expect(scrape(addr, scraperToken(ctx, g, false))).To(Equal(http.StatusForbidden), "a valid token without the metrics reader's grant")
+	g.Expect(scrape(addr, scraperToken(ctx, g, true))).To(Equal(http.StatusOK), "a token with it")
+	// Plain HTTP is not served.
+	resp, err := http.Get("http://" + addr + "/metrics") //nolint:gosec,noctx // a test URL on localhost
+	if err == nil {
+		_ = resp.Body.Close()
+		g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest), "an HTTPS server's answer to plain HTTP")
+	}
+}
+
 // grantedCalls are the calls config/rbac's ClusterRole and Role grant.
 func grantedCalls(t *testing.T, g Gomega) []apirecord.Call {
 	ctx := context.Background()
@@ -327,4 +369,61 @@ func grantedCalls(t *testing.T, g Gomega) []apirecord.Call {
 		t.Errorf("the Role repeats grants of the ClusterRole:\n%s", lines(both))
 	}
 	return calls
+}
+
+// scraperToken returns a token of a service account bound, when reader, to
+// config/rbac's gpuhealth-metrics-reader ClusterRole.
+func scraperToken(ctx context.Context, g Gomega, reader bool) string {
+	name := "scraper"
+	if reader {
+		name = "scraper-reader"
+	}
+	c := env.Client
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, sa))).To(Succeed())
+	if reader {
+		g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "test-metrics-reader"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "gpuhealth-metrics-reader"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
+		}))).To(Succeed())
+	}
+	cs, err := kubernetes.NewForConfig(env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	return tr.Status.Token
+}
+
+// scrape GETs https://addr/metrics with token (none when empty) and
+// returns the status code.
+func scrape(addr, token string) (int, error) {
+	req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil) //nolint:noctx // a test request on localhost
+	if err != nil {
+		return 0, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	// The endpoint's certificate is self-signed.
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed test server
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// freeAddr returns a localhost address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
 }

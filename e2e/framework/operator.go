@@ -66,9 +66,10 @@ func NewOperatorWith(ctx context.Context, c *Cluster, bin, dir string, o Operato
 		dieWithParent: o.DieWithParent,
 	}
 	// Leader election stays on unless asked (its Lease RBAC is part of what
-	// the suite tests).
+	// the suite tests). The metrics are plain HTTP on localhost: the suites,
+	// the benchmarks and the soak scrape them without a token.
 	args := []string{"--kubeconfig", kc, "--namespace", Namespace, "--leader-elect=" + strconv.FormatBool(!o.NoLeaderElection),
-		"--health-probe-bind-address", health, "--metrics-bind-address", metrics}
+		"--health-probe-bind-address", health, "--metrics-bind-address", metrics, "--metrics-secure=false"}
 	if o.Pprof {
 		if p.Pprof, err = FreeAddr(); err != nil {
 			return nil, err
