@@ -352,6 +352,7 @@ func TestMetricsNeedAnAuthorizedToken(t *testing.T) {
 
 // grantedCalls are the calls config/rbac's ClusterRole and Role grant.
 func grantedCalls(t *testing.T, g Gomega) []apirecord.Call {
+	t.Helper()
 	ctx := context.Background()
 	cr := &rbacv1.ClusterRole{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: operatorSA}, cr)).To(Succeed())

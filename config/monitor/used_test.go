@@ -10,16 +10,81 @@ import (
 	"testing"
 	"time"
 
+	"net/http"
+	"net/http/httptest"
+
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/internal/test/apirecord"
 	"github.com/gpuhealth/gpuhealth/monitors/agent"
+	"github.com/gpuhealth/gpuhealth/monitors/metrics"
 )
+
+// TestAgentMetricsNeedAnAuthorizedToken: the agent's metrics endpoint,
+// reviewing as the agent, answers only a bearer token the apiserver
+// authenticates and allows to GET /metrics (gpuhealth-metrics-reader).
+func TestAgentMetricsNeedAnAuthorizedToken(t *testing.T) {
+	g := NewWithT(t)
+	review, err := metrics.NewReview(monitorA.config)
+	g.Expect(err).NotTo(HaveOccurred())
+	srv := httptest.NewServer(review.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })))
+	defer srv.Close()
+	g.Expect(scrape(srv.URL, "")).To(Equal(http.StatusUnauthorized), "no token")
+	g.Expect(scrape(srv.URL, "not-a-token")).To(Equal(http.StatusUnauthorized), "a token the apiserver does not know")
+	g.Expect(scrape(srv.URL, scraperToken(t, false))).To(Equal(http.StatusForbidden), "a token without the reader's grant")
+	g.Expect(scrape(srv.URL, scraperToken(t, true))).To(Equal(http.StatusOK), "a token with it")
+}
+
+// scraperToken returns a token of a service account bound, when reader, to
+// config/rbac's gpuhealth-metrics-reader ClusterRole.
+func scraperToken(t *testing.T, reader bool) string {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	name := "scraper"
+	if reader {
+		name = "scraper-reader"
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: monitorNamespace}}
+	g.Expect(client.IgnoreAlreadyExists(admin.Create(ctx, sa))).To(Succeed())
+	if reader {
+		g.Expect(client.IgnoreAlreadyExists(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "test-metrics-reader"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "gpuhealth-metrics-reader"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: monitorNamespace}},
+		}))).To(Succeed())
+	}
+	tr, err := adminClientset.CoreV1().ServiceAccounts(monitorNamespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	return tr.Status.Token
+}
+
+// scrape GETs url/metrics with token (none when empty) and returns the
+// status code.
+func scrape(url, token string) (int, error) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
 
 // TestAgentRBACIsWhatItUses runs the agent (agent.New, as the binary
 // builds it) on node-a with its pod-bound token, the kmsg source reading a
@@ -83,6 +148,14 @@ func TestAgentRBACIsWhatItUses(t *testing.T) {
 	g.Eventually(count, 20*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 1))
 	xid()
 	g.Eventually(count, 20*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
+	// The metrics endpoint, as the binary wraps it, scraped with a token
+	// bound to gpuhealth-metrics-reader.
+	review, err := metrics.NewReview(rec.Wrap(monitorA.config))
+	g.Expect(err).NotTo(HaveOccurred())
+	srv := httptest.NewServer(review.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })))
+	defer srv.Close()
+	g.Expect(scrape(srv.URL, scraperToken(t, true))).To(Equal(http.StatusOK))
+
 	// The imex source has read its node's labels and looked for its pod.
 	g.Eventually(func() []apirecord.Call { return rec.Calls() }, 10*time.Second).Should(ContainElements(
 		apirecord.Call{Verb: "watch", Resource: "nodes"}, apirecord.Call{Verb: "watch", Resource: "pods"}))
