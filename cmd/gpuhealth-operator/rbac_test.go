@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/controllers/nodehealth"
 	"github.com/gpuhealth/gpuhealth/internal/test/apirecord"
 	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
@@ -134,13 +135,13 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	metricsAddr := freeAddr(t)
 	opts := managerOptions(scheme,
 		serving{metricsAddr: metricsAddr, metricsSecure: true, probeAddr: "0", pprofAddr: "0", leaderElect: true, leaderElectionID: "gpuhealth-operator.gpuhealth.dev"},
-		options{namespace: namespace, workers: 4, eventRetention: time.Nanosecond, maxEventsPerNode: 100, cdDiscovery: time.Second, qps: 100, burst: 100})
+		options{namespace: namespace, driverNamespace: computedomain.DefaultDriverNamespace, workers: 4, eventRetention: time.Nanosecond, maxEventsPerNode: 100, cdDiscovery: time.Second, qps: 100, burst: 100})
 	opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
 	// Quick leader election, so that a renewal falls inside the test.
 	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = ptr.To(3*time.Second), ptr.To(2*time.Second), ptr.To(500*time.Millisecond)
 	mgr, err := ctrl.NewManager(cfg, opts)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(setup(ctx, mgr, options{namespace: namespace, workers: 4, eventRetention: time.Nanosecond, maxEventsPerNode: 100, cdDiscovery: time.Second})).To(Succeed())
+	g.Expect(setup(ctx, mgr, options{namespace: namespace, driverNamespace: computedomain.DefaultDriverNamespace, workers: 4, eventRetention: time.Nanosecond, maxEventsPerNode: 100, cdDiscovery: time.Second})).To(Succeed())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	stopped := false
@@ -326,7 +327,7 @@ func TestMetricsNeedAnAuthorizedToken(t *testing.T) {
 	scheme, err := newScheme()
 	g.Expect(err).NotTo(HaveOccurred())
 	addr := freeAddr(t)
-	opts := managerOptions(scheme, serving{metricsAddr: addr, metricsSecure: true, probeAddr: "0", pprofAddr: "0"}, options{namespace: namespace})
+	opts := managerOptions(scheme, serving{metricsAddr: addr, metricsSecure: true, probeAddr: "0", pprofAddr: "0"}, options{namespace: namespace, driverNamespace: computedomain.DefaultDriverNamespace})
 	mgr, err := ctrl.NewManager(operatorConfig, opts)
 	g.Expect(err).NotTo(HaveOccurred())
 	done := make(chan error, 1)
