@@ -216,8 +216,9 @@ func TestOwnNamePolicyAllowsUpdatesUnderOtherNames(t *testing.T) {
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), ev) })
 	got := &gpuhealthv1alpha1.NodeHealthEvent{}
 	g.Expect(monitorA.client.Get(ctx, client.ObjectKeyFromObject(ev), got)).To(Succeed())
+	patch := client.MergeFrom(got.DeepCopy())
 	got.Status.Count = 3
-	g.Expect(monitorA.client.Status().Update(ctx, got)).To(Succeed(), "the name is checked on create only")
+	g.Expect(monitorA.client.Status().Patch(ctx, got, patch)).To(Succeed(), "the name is checked on create only")
 }
 
 // do makes the write as the identity and reports, as the admin sees it
