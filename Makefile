@@ -125,7 +125,7 @@ unit: controlplane $(HELM) ## Run unit and envtest suites (the chart's tests run
 
 # Fuzz targets (package:target) that `make fuzz` runs for FUZZTIME each. The
 # seed corpora also run as plain tests in `make unit`.
-FUZZ_TARGETS := api/xid:FuzzLookup monitors/kmsg:FuzzParse monitors/imex:FuzzParseDaemonStatus \
+FUZZ_TARGETS := api/xid:FuzzLookup monitors/kmsg:FuzzParse monitors/metrics:FuzzBearer monitors/imex:FuzzParseDaemonStatus \
 	monitors/imex:FuzzParseDomainStatus monitors/fakenvml:FuzzParseScenario monitors/agent:FuzzParseConfig \
 	remediation/suite:FuzzParseNCCLTests remediation/suite:FuzzParseDCGMDiag cmd/gpuhealth-operator:FuzzSplitList
 FUZZTIME ?= 3s

@@ -12,11 +12,12 @@ rm -rf "$out/crds" "$out/rbac" "$out/prometheus" "$out/grafana" "$out/admission_
 mkdir -p "$out/crds" "$out/rbac" "$out/prometheus" "$out/grafana"
 cp config/crd/*.yaml "$out/crds/"
 cp config/rbac/role.yaml "$out/rbac/operator-role.yaml"
+cp config/rbac/metrics_reader_role.yaml "$out/rbac/metrics-reader-role.yaml"
 cp config/monitor/role.yaml "$out/rbac/monitor-role.yaml"
 { cat config/monitor/imex/role.yaml; echo "---"; cat config/monitor/imex/role_binding.yaml; } > "$out/rbac/monitor-imex.yaml"
 cp config/monitor/admission_policy.yaml "$out/admission_policy.yaml"
 cp config/nodehealth/request_policy.yaml "$out/request_policy.yaml"
-cp config/prometheus/podmonitors.yaml config/prometheus/rules.yaml "$out/prometheus/"
+cp config/prometheus/podmonitors.yaml config/prometheus/rules.yaml config/prometheus/scraper.yaml "$out/prometheus/"
 cp config/grafana/gpuhealth-dashboard.json "$out/grafana/"
 
 # The other way round: the kustomize install's workloads are rendered from

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -36,9 +37,10 @@ func main() {
 
 func run() int {
 	var (
-		configPath string
-		flags      agent.Config
-		sources    string
+		configPath    string
+		flags         agent.Config
+		sources       string
+		metricsSecure bool
 	)
 	flag.StringVar(&configPath, "config", "", "Path of the YAML configuration file (see docs/monitors.md); flags override it.")
 	flag.StringVar(&flags.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (from the downward API); every event is about it.")
@@ -47,6 +49,7 @@ func run() int {
 	flag.StringVar(&flags.NVML.LibraryPath, "nvml-library", "", "Path of libnvidia-ml.so.1 (default: the dynamic loader's search path).")
 	flag.StringVar(&flags.Kmsg.Path, "kmsg-path", "", "Kernel log device or file (default /dev/kmsg).")
 	flag.StringVar(&flags.MetricsAddr, "metrics-bind-address", "", "Address the Prometheus metrics endpoint binds to (default :8080); \"0\" turns it off.")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS (a self-signed certificate) to scrapers whose bearer token the apiserver authenticates (TokenReview) and allows to GET /metrics (SubjectAccessReview); false serves them over plain HTTP to anyone who can reach the port.")
 	flag.StringVar(&flags.HealthAddr, "health-probe-bind-address", "", "Address the /healthz and /readyz probes bind to (default :8081).")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
@@ -102,7 +105,14 @@ func run() int {
 		log.Error(err, "Starting the monitor failed")
 		return 1
 	}
-	if err := serve(ctx, cfg, m, log); err != nil {
+	var review *metrics.Review
+	if metricsSecure {
+		if review, err = metrics.NewReview(restConfig); err != nil {
+			log.Error(err, "Creating the metrics endpoint's review clients failed")
+			return 1
+		}
+	}
+	if err := serve(ctx, cfg, m, review, log); err != nil {
 		log.Error(err, "Starting the HTTP endpoints failed")
 		return 1
 	}
@@ -115,19 +125,28 @@ func run() int {
 	return 0
 }
 
-// serve starts the metrics and health endpoints; they stop with ctx.
-func serve(ctx context.Context, cfg agent.Config, m *agent.Monitor, log logr.Logger) error {
+// serve starts the metrics and health endpoints; they stop with ctx. With
+// review, the metrics are served over HTTPS to the scrapers it allows.
+func serve(ctx context.Context, cfg agent.Config, m *agent.Monitor, review *metrics.Review, log logr.Logger) error {
 	servers := map[string]http.Handler{}
-	if addr := or(cfg.MetricsAddr, ":8080"); addr != "0" {
+	metricsAddr := or(cfg.MetricsAddr, ":8080")
+	if metricsAddr != "0" {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
-		servers[addr] = mux
+		h := promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{})
+		if review != nil {
+			h = review.Wrap(h)
+		}
+		mux.Handle("/metrics", h)
+		servers[metricsAddr] = mux
 	}
 	health := http.NewServeMux()
 	health.HandleFunc("/healthz", probe(m.Healthz))
 	health.HandleFunc("/readyz", probe(m.Readyz))
 	healthAddr := or(cfg.HealthAddr, ":8081")
 	if h, ok := servers[healthAddr]; ok {
+		if review != nil {
+			return fmt.Errorf("the metrics (HTTPS) and the probes (HTTP) need their own addresses, both are %s", healthAddr)
+		}
 		// One address for both: serve metrics and probes together.
 		health.Handle("/metrics", h)
 	}
@@ -136,6 +155,14 @@ func serve(ctx context.Context, cfg agent.Config, m *agent.Monitor, log logr.Log
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", addr, err)
+		}
+		if addr == metricsAddr && review != nil {
+			tlsConfig, err := metrics.SelfSignedTLS()
+			if err != nil {
+				_ = ln.Close()
+				return fmt.Errorf("making the metrics endpoint's certificate: %w", err)
+			}
+			ln = tls.NewListener(ln, tlsConfig)
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()

@@ -245,7 +245,7 @@ func (n *node) start() {
 	n.cmd = exec.Command(binary,
 		"--kubeconfig="+n.kubecfg, "--node-name="+n.name, "--config="+n.config,
 		"--nvml-library="+library, "--spool-dir="+filepath.Join(n.dir, "spool"),
-		"--health-probe-bind-address="+n.health, "--metrics-bind-address="+n.metrics, "--zap-devel")
+		"--health-probe-bind-address="+n.health, "--metrics-bind-address="+n.metrics, "--metrics-secure=false", "--zap-devel")
 	n.cmd.Env = append(os.Environ(), fakenvml.ScenarioEnv+"="+n.scenario)
 	n.cmd.Stdout, n.cmd.Stderr = log, log
 	if err := n.cmd.Start(); err != nil {

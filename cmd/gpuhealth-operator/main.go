@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -37,7 +39,13 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=gpuhealth-system
+// Leader election: the Lease, and the core Events it records on the Lease
+// when a replica takes or gives up the lead.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=gpuhealth-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create,namespace=gpuhealth-system
+// The metrics endpoint's authentication and authorization (metricsOptions).
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 func main() {
 	if err := run(); err != nil {
@@ -48,19 +56,17 @@ func main() {
 
 func run() error {
 	var (
-		metricsAddr    string
-		probeAddr      string
-		pprofAddr      string
-		leaderElect    bool
-		leaderElection string
-		memLimitRatio  float64
-		o              options
+		memLimitRatio float64
+		s             serving
+		o             options
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
-	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address Go's pprof endpoints bind to, for profiling; \"0\" (the default) turns them off.")
-	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica acts at a time.")
-	flag.StringVar(&leaderElection, "leader-election-id", "gpuhealth-operator.gpuhealth.dev", "Name of the leader election Lease.")
+	flag.StringVar(&s.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
+	flag.BoolVar(&s.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to scrapers whose bearer token the apiserver authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview); false serves them over plain HTTP to anyone who can reach the port.")
+	flag.StringVar(&s.metricsCertDir, "metrics-cert-dir", "", "Directory with the metrics endpoint's tls.crt and tls.key (reloaded when they change); empty, or without them, the endpoint serves a self-signed certificate made at start.")
+	flag.StringVar(&s.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "Address Go's pprof endpoints bind to, for profiling; \"0\" (the default) turns them off.")
+	flag.BoolVar(&s.leaderElect, "leader-elect", true, "Elect a leader so that only one replica acts at a time.")
+	flag.StringVar(&s.leaderElectionID, "leader-election-id", "gpuhealth-operator.gpuhealth.dev", "Name of the leader election Lease.")
 	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "gpuhealth-system"), "Namespace of the leader election Lease and of recertification and remediation Jobs.")
 	flag.StringVar(&o.driverNamespace, "compute-domain-driver-namespace", computedomain.DefaultDriverNamespace, "Namespace of NVIDIA's DRA driver, where the ComputeDomain daemon pods and ComputeDomainCliques are; a pod labelled with a domain, or a clique, anywhere else ties no node to a domain, and the operator caches no pod outside it.")
 	flag.IntVar(&o.workers, "workers", 16, "Nodes reconciled in parallel.")
@@ -102,11 +108,8 @@ func run() error {
 		return err
 	}
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := gpuhealthv1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := newScheme()
+	if err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()
@@ -114,24 +117,7 @@ func run() error {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme,
-		// Every write names the operator, whatever the binary is called:
-		// the reconciler tells its own writes of a Node from a human's by it.
-		Client:                        client.Options{FieldOwner: nodehealth.FieldManager},
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:        probeAddr,
-		PprofBindAddress:              pprofAddr,
-		LeaderElection:                leaderElect,
-		LeaderElectionID:              leaderElection,
-		LeaderElectionNamespace:       o.namespace,
-		LeaderElectionReleaseOnCancel: true,
-		// Jobs are watched only in the operator's namespace (a namespaced
-		// Role, not cluster-wide access), Pods only in the DRA driver's;
-		// every object is cached without managedFields, and Pods and Nodes
-		// with only what is read of them.
-		Cache: cachetrim.CacheOptions(o.namespace, o.driverNamespace),
-	})
+	mgr, err := ctrl.NewManager(cfg, managerOptions(scheme, s, o))
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
@@ -145,8 +131,82 @@ func run() error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
-	ctrl.Log.WithName("setup").Info("Starting manager", "namespace", o.namespace, "leaderElect", leaderElect)
+	ctrl.Log.WithName("setup").Info("Starting manager", "namespace", o.namespace, "leaderElect", s.leaderElect, "metricsSecure", s.metricsSecure)
 	return mgr.Start(ctx)
+}
+
+// newScheme holds the Kubernetes kinds and gpuhealth's.
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := gpuhealthv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return scheme, nil
+}
+
+// serving are the flags of the manager's endpoints and leader election.
+type serving struct {
+	// metricsAddr is the metrics endpoint's address; "0" turns it off.
+	metricsAddr string
+	// metricsSecure serves metrics over HTTPS behind the apiserver's
+	// authentication and authorization.
+	metricsSecure bool
+	// metricsCertDir holds tls.crt and tls.key; empty means a self-signed
+	// certificate.
+	metricsCertDir   string
+	probeAddr        string
+	pprofAddr        string
+	leaderElect      bool
+	leaderElectionID string
+}
+
+// managerOptions are the manager's options for the flags.
+func managerOptions(scheme *runtime.Scheme, s serving, o options) ctrl.Options {
+	return ctrl.Options{
+		Scheme: scheme,
+		// Every write names the operator, whatever the binary is called:
+		// the reconciler tells its own writes of a Node from a human's by it.
+		Client:                        client.Options{FieldOwner: nodehealth.FieldManager},
+		Metrics:                       metricsOptions(s),
+		HealthProbeBindAddress:        s.probeAddr,
+		PprofBindAddress:              s.pprofAddr,
+		LeaderElection:                s.leaderElect,
+		LeaderElectionID:              s.leaderElectionID,
+		LeaderElectionNamespace:       o.namespace,
+		LeaderElectionReleaseOnCancel: true,
+		// Jobs are watched only in the operator's namespace (a namespaced
+		// Role, not cluster-wide access), Pods only in the DRA driver's;
+		// every object is cached without managedFields, and Pods and Nodes
+		// with only what is read of them.
+		Cache: cachetrim.CacheOptions(o.namespace, o.driverNamespace),
+	}
+}
+
+// metricsOptions serve the metrics, by default over HTTPS to scrapers the
+// apiserver vouches for: the filter sends each new bearer token to a
+// TokenReview and asks a SubjectAccessReview whether its user may GET
+// /metrics (a nonResourceURLs rule, the chart's gpuhealth-metrics-reader
+// ClusterRole), and caches the answers (a minute for tokens, five for
+// allowed reviews), so a scrape every 30 seconds costs the apiserver about
+// one review a minute.
+// https://github.com/kubernetes-sigs/controller-runtime/blob/v0.25.2/pkg/metrics/filters/filters.go
+func metricsOptions(s serving) metricsserver.Options {
+	if !s.metricsSecure {
+		return metricsserver.Options{BindAddress: s.metricsAddr}
+	}
+	return metricsserver.Options{
+		BindAddress:    s.metricsAddr,
+		SecureServing:  true,
+		FilterProvider: filters.WithAuthenticationAndAuthorization,
+		CertDir:        s.metricsCertDir,
+		// HTTP/1.1 only: HTTP/2's stream reset and stream cancellation
+		// floods (CVE-2023-44487, CVE-2023-39325) reach the handler before
+		// authentication, and a scraper gains nothing from HTTP/2.
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
+	}
 }
 
 // options are the flags the controllers take.

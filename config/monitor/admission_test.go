@@ -67,9 +67,9 @@ type write string
 const (
 	// createEvent creates the event, as the agent does for a new finding.
 	createEvent write = "create"
-	// updateStatus updates the status of an event the admin created, as the
-	// agent does for a repeat (count, lastSeen).
-	updateStatus write = "update status"
+	// patchStatus merge-patches the status of an event the admin created,
+	// as the agent does for a repeat (count, lastSeen).
+	patchStatus write = "patch status"
 	// patchEvent merge-patches the labels of an event the admin created.
 	patchEvent write = "patch"
 )
@@ -86,23 +86,25 @@ func TestOwnNodePolicy(t *testing.T) {
 		wantErr string // "": allowed; else the request is Forbidden with this text
 	}{
 		{name: "the agent creates an event about its own node", as: monitorA, write: createEvent, node: nodeA},
-		{name: "the agent updates the status of its own node's event", as: monitorA, write: updateStatus, node: nodeA},
-		{name: "the agent patches its own node's event", as: monitorA, write: patchEvent, node: nodeA},
+		{name: "the agent patches the status of its own node's event", as: monitorA, write: patchStatus, node: nodeA},
+		{
+			name: "the agent may not patch an event's metadata or spec, even its own node's", as: monitorA, write: patchEvent, node: nodeA,
+			wantErr: `cannot patch resource "nodehealthevents"`,
+		},
 		{name: "the agent may not create an event about another node", as: monitorA, write: createEvent, node: nodeB, wantErr: deniedA2B},
-		{name: "the agent may not update the status of another node's event", as: monitorA, write: updateStatus, node: nodeB, wantErr: deniedA2B},
-		{name: "the agent may not patch another node's event", as: monitorA, write: patchEvent, node: nodeB, wantErr: deniedA2B},
+		{name: "the agent may not patch the status of another node's event", as: monitorA, write: patchStatus, node: nodeB, wantErr: deniedA2B},
 		{name: "the agent on node-b creates an event about node-b", as: monitorB, write: createEvent, node: nodeB},
 		{
 			name: "the agent on node-b may not create an event about node-a", as: monitorB, write: createEvent, node: nodeA,
 			wantErr: "gpuhealth-monitor on node node-b may only write NodeHealthEvents about its own node, not node-a",
 		},
 		{name: "a token bound to no Pod may not create an event", as: monitorUnbound, write: createEvent, node: nodeA, wantErr: deniedUnbound},
-		{name: "a token bound to no Pod may not update an event's status", as: monitorUnbound, write: updateStatus, node: nodeA, wantErr: deniedUnbound},
+		{name: "a token bound to no Pod may not patch an event's status", as: monitorUnbound, write: patchStatus, node: nodeA, wantErr: deniedUnbound},
 		{name: "an agent installed in another namespace creates an event about its own node", as: monitorElsewhere, write: createEvent, node: nodeA},
 		{name: "an agent installed in another namespace may not create an event about another node", as: monitorElsewhere, write: createEvent, node: nodeB, wantErr: deniedA2B},
-		{name: "the operator, whose Pod runs on node-a, updates the status of node-b's event", as: operatorA, write: updateStatus, node: nodeB},
+		{name: "the operator, whose Pod runs on node-a, patches the status of node-b's event", as: operatorA, write: patchStatus, node: nodeB},
 		{name: "the admin creates an event about any node", as: adminIdentity, write: createEvent, node: nodeB},
-		{name: "the admin updates the status of any node's event", as: adminIdentity, write: updateStatus, node: nodeA},
+		{name: "the admin patches the status of any node's event", as: adminIdentity, write: patchStatus, node: nodeA},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -214,8 +216,9 @@ func TestOwnNamePolicyAllowsUpdatesUnderOtherNames(t *testing.T) {
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), ev) })
 	got := &gpuhealthv1alpha1.NodeHealthEvent{}
 	g.Expect(monitorA.client.Get(ctx, client.ObjectKeyFromObject(ev), got)).To(Succeed())
+	patch := client.MergeFrom(got.DeepCopy())
 	got.Status.Count = 3
-	g.Expect(monitorA.client.Status().Update(ctx, got)).To(Succeed(), "the name is checked on create only")
+	g.Expect(monitorA.client.Status().Patch(ctx, got, patch)).To(Succeed(), "the name is checked on create only")
 }
 
 // do makes the write as the identity and reports, as the admin sees it
@@ -241,9 +244,10 @@ func do(t *testing.T, as *identity, w write, node string) (applied bool, err err
 	// identity here may read events.
 	g.Expect(as.client.Get(ctx, key, got)).To(Succeed())
 	switch w {
-	case updateStatus:
+	case patchStatus:
+		patch := client.MergeFrom(got.DeepCopy())
 		got.Status.Count = 7
-		err = as.client.Status().Update(ctx, got)
+		err = as.client.Status().Patch(ctx, got, patch)
 	case patchEvent:
 		err = as.client.Patch(ctx, got, client.RawPatch(types.MergePatchType,
 			[]byte(`{"metadata":{"labels":{"gpuhealth.dev/test":"patched"}}}`)))

@@ -184,6 +184,13 @@ var cases = map[string][]alertCase{
 		{name: "for three minutes only", at: 3 * time.Minute, series: `gpuhealth_nodehealth_drain_timed_out{node="gpu-1"} 1x20`},
 		{name: "the pods left", at: 20 * time.Minute, series: `gpuhealth_nodehealth_drain_timed_out{node="gpu-1"} 1x8 0x20`},
 	},
+	"GPUHealthFindingsFlood": {
+		{name: "twenty findings for twenty minutes", at: 20 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
+			series: "gpuhealth_nodehealth_active_findings{node=\"gpu-1\"} 20x30\ngpuhealth_nodehealth_active_findings{node=\"gpu-2\"} 3x30"},
+		{name: "for ten minutes only", at: 10 * time.Minute, series: `gpuhealth_nodehealth_active_findings{node="gpu-1"} 20x30`},
+		{name: "sixteen, a failing node's worth", at: 30 * time.Minute, series: `gpuhealth_nodehealth_active_findings{node="gpu-1"} 16x30`},
+		{name: "they cleared", at: 30 * time.Minute, series: `gpuhealth_nodehealth_active_findings{node="gpu-1"} 20x10 2x20`},
+	},
 	"GPUHealthDeadMemberListed": {
 		{name: "listed for fifteen minutes", at: 15 * time.Minute, firing: []map[string]string{{"node": "gpu-1"}},
 			series: "gpuhealth_nodehealth_dead_member_listed{node=\"gpu-1\"} 1x20\ngpuhealth_nodehealth_dead_member_listed{node=\"gpu-2\"} 0x20"},

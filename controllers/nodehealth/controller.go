@@ -32,12 +32,15 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
-// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths/status,verbs=get;update;patch
+// The operator creates a node's NodeHealth and then writes only its status;
+// the spec (requests, hold, exclusion) is the users'. Status writes are
+// patches.
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths/status,verbs=patch
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents,verbs=get;list;watch
-// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealthevents/status,verbs=patch
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 const (

@@ -624,6 +624,22 @@ func TestPhaseGaugeFollowsTheNode(t *testing.T) {
 	h.g.Eventually(phases).Should(BeEmpty())
 }
 
+// TestActiveFindingsGauge: the leader exports how many active findings
+// each managed node's NodeHealth lists.
+func TestActiveFindingsGauge(t *testing.T) {
+	h := newHarness(t)
+	h.policy(nil)
+	n := h.node("a", nil)
+	h.reconcile(n.Name)
+	findings := func() map[string]float64 { return gaugeValues(t, true, "gpuhealth_nodehealth_active_findings", n.Name) }
+	h.g.Expect(findings()).To(Equal(map[string]float64{"": 0}))
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79")
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "48")
+	h.reconcile(n.Name)
+	h.g.Expect(h.nodeHealth(n.Name).Status.ActiveEvents).To(HaveLen(2))
+	h.g.Expect(findings()).To(Equal(map[string]float64{"": 2}))
+}
+
 // TestConditionGauges: a node's condition gauges are 1 while their
 // condition is True, 0 otherwise.
 func TestConditionGauges(t *testing.T) {

@@ -68,6 +68,7 @@ func (f *nodeGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- drainTimedOutDesc
 	ch <- deadMemberListedDesc
 	ch <- awaitingApprovalDesc
+	ch <- activeFindingsDesc
 	ch <- nodeGPUsDesc
 	ch <- outOfServiceDesc
 	ch <- strandedDesc
@@ -114,6 +115,7 @@ func (f *nodeGauges) Collect(ch chan<- prometheus.Metric) {
 			b2f(meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthDeadMemberListedCondition)), nh.Name)
 		ch <- prometheus.MustNewConstMetric(awaitingApprovalDesc, prometheus.GaugeValue,
 			b2f(meta.IsStatusConditionTrue(st.Conditions, gpuhealthv1alpha1.NodeHealthAwaitingApprovalCondition)), nh.Name)
+		ch <- prometheus.MustNewConstMetric(activeFindingsDesc, prometheus.GaugeValue, float64(len(st.ActiveEvents)), nh.Name)
 	}
 	for _, s := range gpuTime(nhs.Items, byName) {
 		switch {

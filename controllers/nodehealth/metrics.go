@@ -113,6 +113,9 @@ var (
 	awaitingApprovalDesc = prometheus.NewDesc("gpuhealth_nodehealth_awaiting_approval",
 		"1 while a node's next destructive act waits for a human's approval (condition AwaitingApproval), 0 otherwise.",
 		[]string{labelNode}, nil)
+	activeFindingsDesc = prometheus.NewDesc("gpuhealth_nodehealth_active_findings",
+		"Number of active NodeHealthEvents each managed node has (status.activeEvents, which keeps at most 32: 32 means 32 or more).",
+		[]string{labelNode}, nil)
 )
 
 func init() {

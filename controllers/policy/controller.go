@@ -34,7 +34,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gpuhealth.dev,resources=remediationpolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=gpuhealth.dev,resources=nodehealths,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 

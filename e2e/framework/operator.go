@@ -67,11 +67,12 @@ func NewOperatorWith(ctx context.Context, c *Cluster, bin, dir string, o Operato
 		dieWithParent: o.DieWithParent,
 	}
 	// Leader election stays on unless asked (its Lease RBAC is part of what
-	// the suite tests).
-	// The Job rules the chart gives the operator for the suites' values
-	// (JobValues): the chart adds its own registry.
+	// the suite tests). The metrics are plain HTTP on localhost: the suites,
+	// the benchmarks and the soak scrape them without a token. The Job
+	// rules are the ones the chart gives the operator for the suites'
+	// values (JobValues): the chart adds its own registry.
 	args := []string{"--kubeconfig", kc, "--namespace", Namespace, "--leader-elect=" + strconv.FormatBool(!o.NoLeaderElection),
-		"--health-probe-bind-address", health, "--metrics-bind-address", metrics,
+		"--health-probe-bind-address", health, "--metrics-bind-address", metrics, "--metrics-secure=false",
 		"--job-image-prefixes=" + strings.Join(append(slices.Clone(JobImagePrefixes), "ghcr.io/gpuhealth/"), ",")}
 	if o.Pprof {
 		if p.Pprof, err = FreeAddr(); err != nil {

@@ -347,7 +347,10 @@ func NewMonitorWith(ctx context.Context, c *Cluster, b Binaries, dir, node, scen
 			Name: "gpuhealth-monitor on " + node, LogPath: filepath.Join(nodeDir, "monitor.log"), Health: health, Metrics: metrics,
 			bin: b.Monitor,
 			args: []string{"--kubeconfig", kc, "--node-name", node, "--config", cfg, "--nvml-library", b.FakeNVML,
-				"--spool-dir", spool, "--health-probe-bind-address", health, "--metrics-bind-address", metrics, "--zap-devel"},
+				"--spool-dir", spool, "--health-probe-bind-address", health, "--metrics-bind-address", metrics,
+				// Plain HTTP on localhost: the suites and benchmarks scrape
+				// the agents without a token.
+				"--metrics-secure=false", "--zap-devel"},
 			env: append(baseEnv(), fakenvml.ScenarioEnv+"="+sc),
 		},
 	}, nil

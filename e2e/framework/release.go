@@ -10,6 +10,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,7 +18,8 @@ import (
 
 // Leftovers lists the chart's objects that still exist after helm
 // uninstall ("Kind namespace/name"): service accounts, RBAC, the
-// workloads, the monitor's ConfigMap and the admission policies. The CRDs,
+// workloads, the monitor's ConfigMap, the admission policies and the
+// agents' flow control. The CRDs,
 // their objects and the default policy are meant to stay and are not
 // listed.
 func Leftovers(ctx context.Context, c client.Client) ([]string, error) {
@@ -35,6 +37,11 @@ func Leftovers(ctx context.Context, c client.Client) ([]string, error) {
 		{&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, "", "gpuhealth-monitor-own-node"},
 		{&admissionregistrationv1.ValidatingAdmissionPolicy{}, "", "gpuhealth-request-requester"},
 		{&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, "", "gpuhealth-request-requester"},
+		{&flowcontrolv1.FlowSchema{}, "", "gpuhealth-monitor"},
+		{&flowcontrolv1.PriorityLevelConfiguration{}, "", "gpuhealth-monitor"},
+	}
+	for _, name := range []string{"gpuhealth-view", "gpuhealth-request", "gpuhealth-policy-admin", "gpuhealth-metrics-reader"} {
+		refs = append(refs, ref{&rbacv1.ClusterRole{}, "", name})
 	}
 	for _, name := range []string{"gpuhealth-operator", "gpuhealth-monitor"} {
 		refs = append(refs, ref{&corev1.ServiceAccount{}, Namespace, name}, ref{&rbacv1.ClusterRole{}, "", name}, ref{&rbacv1.ClusterRoleBinding{}, "", name})

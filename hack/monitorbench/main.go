@@ -125,7 +125,7 @@ func run(samples, storm int, idle time.Duration) error {
 	metricsAddr := freePort()
 	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--node-name=bench-node", "--config="+config,
 		"--nvml-library="+lib, "--spool-dir="+filepath.Join(tmp, "spool"),
-		"--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+freePort())
+		"--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address="+freePort())
 	cmd.Env = append(os.Environ(), fakenvml.ScenarioEnv+"="+scenario)
 	logf, err := os.Create(filepath.Join(tmp, "monitor.log"))
 	if err != nil {

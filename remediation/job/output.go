@@ -15,7 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list,namespace=gpuhealth-system
+// Listing the Job's pods needs no rule of its own: the drain's ClusterRole
+// rule reads pods everywhere (remediation/drain/rbac.go).
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get,namespace=gpuhealth-system
 
 // OutputLimit bounds how much of a Job's output is read: a DCGM level 4

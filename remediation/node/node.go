@@ -16,8 +16,10 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
 
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;update
-// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch;update
+// Every write to a Node is a patch (merge patches with an optimistic lock
+// for the lists), never an update of the whole object.
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 
 const (
 	// AppliedAnnotation records on the Node what gpuhealth added, as a
