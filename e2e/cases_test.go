@@ -39,6 +39,7 @@ var cases = framework.Cases{
 	{Name: "MonitorMayOnlyWriteItsOwnNode", Run: testMonitorMayOnlyWriteItsOwnNode},
 	{Name: "BudgetDrainsOneAtATime", Run: testBudgetDrainsOneAtATime},
 	{Name: "BadInputIsRejected", Run: testBadInputIsRejected},
+	{Name: "PolicyEditorCannotEscalate", Run: testPolicyEditorCannotEscalate},
 	{Name: "FabricFaultTaintsTheClique", Run: testFabricFaultTaintsTheClique},
 	{Name: "MaintenanceDrainedUnderBudgetAndReturned", Run: testMaintenanceDrainedUnderBudgetAndReturned},
 	{Name: "HandOffs", Run: testHandOffs},
