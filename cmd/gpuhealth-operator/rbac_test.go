@@ -141,7 +141,10 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = ptr.To(3*time.Second), ptr.To(2*time.Second), ptr.To(500*time.Millisecond)
 	mgr, err := ctrl.NewManager(cfg, opts)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(setup(ctx, mgr, options{namespace: namespace, driverNamespace: computedomain.DefaultDriverNamespace, workers: 4, eventRetention: time.Nanosecond, maxEventsPerNode: 100, cdDiscovery: time.Second})).To(Succeed())
+	// The install's Job rules, as the chart's defaults give them.
+	rules := job.Rules{ServiceAccount: job.DefaultServiceAccount, Reserved: reservedServiceAccounts, ImagePrefixes: []string{"nvcr.io/nvidia/"}}
+	g.Expect(setup(ctx, mgr, options{namespace: namespace, driverNamespace: computedomain.DefaultDriverNamespace, workers: 4, eventRetention: time.Nanosecond,
+		maxEventsPerNode: 100, cdDiscovery: time.Second, jobRules: rules})).To(Succeed())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	stopped := false
@@ -180,7 +183,7 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpuhealth.dev/drain": "wait"}},
 		Mode:              gpuhealthv1alpha1.DrainWaitForCompletion,
 	}}
-	policy.Spec.Recertification.Job = &gpuhealthv1alpha1.JobTemplate{Image: "dcgm", Command: []string{"dcgmi", "diag", "-r", "2"}}
+	policy.Spec.Recertification.Job = &gpuhealthv1alpha1.JobTemplate{Image: "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04", Command: []string{"dcgmi", "diag", "-r", "2"}}
 	policy.Spec.Recertification.SoakWindow = ptr.To(gpuhealthv1alpha1.Duration("0s"))
 	g.Expect(admin.Create(ctx, policy)).To(Succeed())
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: label + "-node", Labels: map[string]string{"test": label, "nvidia.com/gpu.present": "true"}}}
