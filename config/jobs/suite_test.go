@@ -2,22 +2,19 @@ package jobs_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
+	"github.com/gpuhealth/gpuhealth/internal/test/vapcheck"
 )
 
 // The suite runs a real kube-apiserver and etcd (envtest) with the CRDs
@@ -55,7 +52,7 @@ func setUp(ctx context.Context, cfg *rest.Config) error {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
 	}
-	objs, err := readManifests(manifest)
+	objs, err := vapcheck.ReadManifests(manifest)
 	if err != nil {
 		return err
 	}
@@ -86,28 +83,4 @@ func setUp(ctx context.Context, cfg *rest.Config) error {
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + editorNS, "system:authenticated"}}
 	editor, err = client.New(as, client.Options{Scheme: admin.Scheme()})
 	return err
-}
-
-// readManifests decodes every document of a multi-document YAML file.
-func readManifests(file string) ([]*unstructured.Unstructured, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		err := dec.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("decoding %s: %w", file, err)
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
-	}
 }

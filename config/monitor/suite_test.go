@@ -2,12 +2,9 @@ package monitor_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -15,9 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -25,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
+	"github.com/gpuhealth/gpuhealth/internal/test/vapcheck"
 )
 
 // The suite runs a real kube-apiserver and etcd (envtest) with the CRDs from
@@ -103,7 +99,7 @@ func setUp(ctx context.Context, cfg *rest.Config) error {
 	// The DRA driver's namespace exists before config/monitor/imex is
 	// applied, as its comment asks.
 	for _, dir := range []string{".", "imex", filepath.Join("..", "rbac")} {
-		if err := applyDir(ctx, dir); err != nil {
+		if err := vapcheck.ApplyDir(ctx, admin, dir); err != nil {
 			return err
 		}
 	}
@@ -152,57 +148,6 @@ func setUp(ctx context.Context, cfg *rest.Config) error {
 	}
 	monitorUnbound, err = newIdentity("monitor with an unbound token", tokenConfig(token))
 	return err
-}
-
-// applyDir creates every object of every YAML file in dir, as
-// `kubectl apply -f dir` would on an empty cluster. Unknown fields are errors
-// (strict field validation), so a typo in a manifest fails the suite.
-func applyDir(ctx context.Context, dir string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		return err
-	}
-	if len(files) == 0 {
-		return fmt.Errorf("no manifests in %s", dir)
-	}
-	slices.Sort(files)
-	for _, file := range files {
-		objs, err := readManifests(file)
-		if err != nil {
-			return err
-		}
-		for _, obj := range objs {
-			if err := admin.Create(ctx, obj, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
-				return fmt.Errorf("applying %s %s from %s: %w", obj.GetKind(), obj.GetName(), file, err)
-			}
-		}
-	}
-	return nil
-}
-
-// readManifests decodes every document of a multi-document YAML file.
-func readManifests(file string) ([]*unstructured.Unstructured, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		err := dec.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("decoding %s: %w", file, err)
-		}
-		if len(obj.Object) == 0 {
-			continue // an empty document, such as a trailing ---
-		}
-		objs = append(objs, obj)
-	}
 }
 
 // boundIdentity creates a Pod of service account sa on node and returns an

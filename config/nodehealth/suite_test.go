@@ -2,20 +2,15 @@ package nodehealth_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -23,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
+	"github.com/gpuhealth/gpuhealth/internal/test/vapcheck"
 )
 
 // The suite runs a real kube-apiserver and etcd (envtest) with the CRDs from
@@ -71,7 +67,7 @@ func setUp(ctx context.Context) error {
 		return fmt.Errorf("creating namespace %s: %w", operatorNamespace, err)
 	}
 	for _, dir := range []string{".", filepath.Join("..", "rbac")} {
-		if err := applyDir(ctx, dir); err != nil {
+		if err := vapcheck.ApplyDir(ctx, admin, dir); err != nil {
 			return err
 		}
 	}
@@ -126,55 +122,4 @@ func newIdentity(user string, cfg *rest.Config) (*identity, error) {
 		return nil, fmt.Errorf("the apiserver names %s %q", user, got)
 	}
 	return &identity{user: user, client: c}, nil
-}
-
-// applyDir creates every object of every YAML file in dir, as
-// `kubectl apply -f dir` would on an empty cluster, with strict field
-// validation.
-func applyDir(ctx context.Context, dir string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		return err
-	}
-	if len(files) == 0 {
-		return fmt.Errorf("no manifests in %s", dir)
-	}
-	slices.Sort(files)
-	for _, file := range files {
-		objs, err := readManifests(file)
-		if err != nil {
-			return err
-		}
-		for _, obj := range objs {
-			if err := admin.Create(ctx, obj, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
-				return fmt.Errorf("applying %s %s from %s: %w", obj.GetKind(), obj.GetName(), file, err)
-			}
-		}
-	}
-	return nil
-}
-
-// readManifests decodes every document of a multi-document YAML file.
-func readManifests(file string) ([]*unstructured.Unstructured, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		err := dec.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("decoding %s: %w", file, err)
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		objs = append(objs, obj)
-	}
 }
