@@ -94,7 +94,7 @@ func testMaintenanceDrainedUnderBudgetAndReturned(t *testing.T) {
 
 	nh := nodeHealth(g, "gpu-node-1")
 	g.Expect(nh.Status.Outage.Cause).To(Equal(gpuhealthv1alpha1.OutageMaintenance))
-	g.Expect(nh.Status.LastRequest.By).To(ContainSubstring("e2e"), "audited like a Release")
+	g.Expect(nh.Status.LastRequest.By).To(HavePrefix(whoami(t)), "audited like a Release, in the name of who asked")
 	g.Expect(node(g, "gpu-node-1").Spec.Unschedulable).To(BeTrue())
 	g.Expect(operatorSamples(g, "gpuhealth_node_gpus_out_of_service", `node="gpu-node-1"`, `cause="maintenance"`, `phase="Maintenance"`)).To(Equal([]float64{8}))
 	g.Expect(operatorSamples(g, "gpuhealth_node_gpus_out_of_service", `node="gpu-node-2"`, `cause="maintenance"`, `phase="Quarantined"`)).To(Equal([]float64{8}))

@@ -127,7 +127,9 @@ func testImagesRun(t *testing.T) {
 			"--read-only", "--user", "65532:65532", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
 			"-v", kc+":/config:ro", operatorImage,
 			"--kubeconfig=/config/operator.kubeconfig", "--namespace="+framework.Namespace, "--leader-elect=true",
-			"--health-probe-bind-address="+health, "--metrics-bind-address=0")
+			"--health-probe-bind-address="+health, "--metrics-bind-address=0",
+			// The Job rules the chart would give it (the suites' images).
+			"--job-image-prefixes="+strings.Join(append(slices.Clone(framework.JobImagePrefixes), "ghcr.io/gpuhealth/"), ","))
 		g.Eventually(lease, time.Minute).ShouldNot(Or(BeEmpty(), Equal(hostLeader)), "the image's operator leads")
 
 		const name = "gpu-node-image"

@@ -269,6 +269,9 @@ monitor:
     hostPath: {path: %[4]s, type: Directory}
   extraVolumeMounts:
   - {name: fakegpu, mountPath: /fakegpu, readOnly: true}
+# The suite's Jobs run e2e/testjob, an image of this machine's.
+jobs:
+  allowedImagePrefixes: [%[10]q]
 policy:
   spec:
     drain:
@@ -296,7 +299,8 @@ policy:
       backoff: 2s
       maxAttempts: 2
     circuitBreaker: {enabled: false}
-`, e.ImageTag, e.Node, e.Spool, e.FakeGPU, lib, fakenvml.ScenarioEnv, framework.Namespace, testJobImage, realSuite(400))
+`, e.ImageTag, e.Node, e.Spool, e.FakeGPU, lib, fakenvml.ScenarioEnv, framework.Namespace, testJobImage, realSuite(400),
+		testJobImage[:strings.LastIndex(testJobImage, ":")+1])
 }
 
 // realSuite is the real node's suite as JSON (YAML flow style): a DCGM
