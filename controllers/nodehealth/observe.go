@@ -155,7 +155,7 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 		return nil, &errCacheBehind{kindNodeHealth, name}
 	}
 	o := &observation{now: metav1.NewTime(r.Clock.Now()), node: node, nh: nh, nhMissing: unmanagedUntilNow, policy: policy, namespace: r.Namespace,
-		jobEnv:   job.Env{ServiceAccount: r.JobRules.ServiceAccount, Quarantine: policy.Spec.Quarantine.Taint},
+		jobEnv:   job.Env{ServiceAccount: r.JobRules.ServiceAccount, Quarantine: policy.Spec.Quarantine.Taint, NodeTaints: node.Spec.Taints},
 		breaches: r.JobRules.Breaches(&policy.Spec)}
 	list := &gpuhealthv1alpha1.NodeHealthEventList{}
 	if err := r.Client.List(ctx, list, client.MatchingFields{gpuhealthv1alpha1.EventNodeNameField: name}); err != nil {

@@ -89,6 +89,12 @@ type Env struct {
 	// Quarantine is the policy's quarantine taint, which the pod
 	// tolerates; nil: the policy taints nothing.
 	Quarantine *gpuhealthv1alpha1.TaintSpec
+	// NodeTaints are the taints the node carries when the Job is made,
+	// which the pod tolerates exactly (key, value and effect): a GPU pool's
+	// dedicated-node taint (nvidia.com/gpu:NoSchedule) must not keep the
+	// node's own remediation and recertification off it, while a taint
+	// put on later is not tolerated in advance.
+	NodeTaints []corev1.Taint
 }
 
 // Build returns the Job of a kind for a node. The pod is pinned to the node
@@ -112,8 +118,8 @@ func Build(kind Kind, node, namespace string, attempt int32, started time.Time, 
 // puts on a cordoned node (unschedulable) and on one that stops reporting
 // during a reset or reboot (not-ready, unreachable; without
 // tolerationSeconds, so the pod is not evicted while the node comes back).
-// A taint someone else put on the node (a control-plane node's, a
-// maintenance taint) keeps the Job off it.
+// The node's own taints when the Job is made are added by Build (Env's
+// NodeTaints), each exactly; nothing else is tolerated.
 func Tolerations(quarantine *gpuhealthv1alpha1.TaintSpec) []corev1.Toleration {
 	exists := func(key string, effect corev1.TaintEffect) corev1.Toleration {
 		return corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: effect}
@@ -129,6 +135,31 @@ func Tolerations(quarantine *gpuhealthv1alpha1.TaintSpec) []corev1.Toleration {
 		exists(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute),
 		exists(corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute),
 	)
+}
+
+// withNodeTaints adds an exact toleration of each of the node's taints
+// that out does not tolerate yet.
+func withNodeTaints(out []corev1.Toleration, taints []corev1.Taint) []corev1.Toleration {
+	for i := range taints {
+		t := &taints[i]
+		if slices.ContainsFunc(out, func(tol corev1.Toleration) bool { return tolerates(tol, t) }) {
+			continue
+		}
+		out = append(out, corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOpEqual, Value: t.Value, Effect: t.Effect})
+	}
+	return out
+}
+
+// tolerates says whether tol tolerates taint (Exists or Equal on its key,
+// the same effect or any).
+func tolerates(tol corev1.Toleration, taint *corev1.Taint) bool {
+	if tol.Effect != "" && tol.Effect != taint.Effect {
+		return false
+	}
+	if tol.Key != taint.Key {
+		return tol.Key == "" && tol.Operator == corev1.TolerationOpExists
+	}
+	return tol.Operator == corev1.TolerationOpExists || tol.Value == taint.Value
 }
 
 // onNodes is one node-affinity term per node (terms are ORed; a field
@@ -194,7 +225,7 @@ func build(name, namespace string, kind Kind, ours map[string]string, started st
 					PriorityClassName:            tmpl.PriorityClassName,
 					HostPID:                      tmpl.HostPID,
 					Containers:                   []corev1.Container{container},
-					Tolerations:                  Tolerations(env.Quarantine),
+					Tolerations:                  withNodeTaints(Tolerations(env.Quarantine), env.NodeTaints),
 					Affinity:                     affinity,
 				},
 			},

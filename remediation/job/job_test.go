@@ -33,6 +33,29 @@ func TestName(t *testing.T) {
 	g.Expect(Name(RebootNode, long, 1, started.Add(time.Millisecond))).To(Equal(a), "the start as stored (whole seconds) decides")
 }
 
+// TestBuildToleratesTheNodesOwnTaints: a GPU pool's dedicated-node taint,
+// there when the Job is made, is tolerated exactly; one gpuhealth already
+// tolerates is not added twice.
+func TestBuildToleratesTheNodesOwnTaints(t *testing.T) {
+	g := NewWithT(t)
+	taints := []corev1.Taint{
+		{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule},
+		{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule},
+	}
+	j := Build(ResetGPU, "gpu-node-1", "gpuhealth-system", 1, time.Time{}, gpuhealthv1alpha1.JobTemplate{Image: "nvcr.io/nvidia/cuda:12"}, time.Minute,
+		Env{ServiceAccount: DefaultServiceAccount, NodeTaints: taints})
+	tols := j.Spec.Template.Spec.Tolerations
+	g.Expect(tols).To(ContainElement(corev1.Toleration{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpEqual, Value: "present", Effect: corev1.TaintEffectNoSchedule}))
+	n := 0
+	for _, tol := range tols {
+		g.Expect(tol.Key).NotTo(BeEmpty(), "no toleration of every taint: %+v", tol)
+		if tol.Key == corev1.TaintNodeUnschedulable {
+			n++
+		}
+	}
+	g.Expect(n).To(Equal(1))
+}
+
 func TestBuild(t *testing.T) {
 	g := NewWithT(t)
 	tmpl := gpuhealthv1alpha1.JobTemplate{
