@@ -20,7 +20,7 @@ import (
 // policyLoadTimeout bounds the wait for the apiserver to load the policy,
 // its binding and its parameters; it does so from informers, within about
 // a second.
-const policyLoadTimeout = 30 * time.Second
+const policyLoadTimeout = time.Minute
 
 var policySeq atomic.Int64
 

@@ -18,7 +18,7 @@ import (
 
 // policyLoadTimeout bounds the wait for the apiserver to load the policy and
 // its binding; it does so from an informer, within about a second.
-const policyLoadTimeout = 30 * time.Second
+const policyLoadTimeout = time.Minute
 
 // nodeSeq makes NodeHealth names unique across the suite.
 var nodeSeq atomic.Int64
