@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -142,24 +143,12 @@ func Tolerations(quarantine *gpuhealthv1alpha1.TaintSpec) []corev1.Toleration {
 func withNodeTaints(out []corev1.Toleration, taints []corev1.Taint) []corev1.Toleration {
 	for i := range taints {
 		t := &taints[i]
-		if slices.ContainsFunc(out, func(tol corev1.Toleration) bool { return tolerates(tol, t) }) {
+		if slices.ContainsFunc(out, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), t, false) }) {
 			continue
 		}
 		out = append(out, corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOpEqual, Value: t.Value, Effect: t.Effect})
 	}
 	return out
-}
-
-// tolerates says whether tol tolerates taint (Exists or Equal on its key,
-// the same effect or any).
-func tolerates(tol corev1.Toleration, taint *corev1.Taint) bool {
-	if tol.Effect != "" && tol.Effect != taint.Effect {
-		return false
-	}
-	if tol.Key != taint.Key {
-		return tol.Key == "" && tol.Operator == corev1.TolerationOpExists
-	}
-	return tol.Operator == corev1.TolerationOpExists || tol.Value == taint.Value
 }
 
 // onNodes is one node-affinity term per node (terms are ORed; a field
