@@ -186,13 +186,13 @@ demo-down: ## Remove the demo cluster and stop its processes.
 # e2e-node; as a tier of its own its time is not counted in e2e's. Tiers
 # joined by "+" run side by side (each its own make, its output held and
 # printed whole when it ends, as make -O does; the table gives each its
-# own time and the group's in total). None are by default: the harnesses
-# pick free ports by listening and closing, and two clusters starting at
-# once can take each other's port between the close and the bind (a soak
-# monitor's did, beside the real-node tier); until they retry on a taken
-# port, side by side is for a machine's owner to choose
-# (TEST_TIERS="… e2e-node+soak-smoke").
-TEST_TIERS := controlplane verify-generated lint unit fuzz image e2e e2e-node soak-smoke
+# own time and the group's in total). The real-node tier and the soak
+# smoke mostly wait on timers, so they share the machine: 3m41s + 3m22s
+# one after the other, 3m42s together. They do not share ports: clusters
+# are created one at a time under a lock (e2e/framework's lockPorts), and
+# the harnesses' own processes take ports below kwokctl's and the
+# kernel's ephemeral range (framework.FreeAddr).
+TEST_TIERS := controlplane verify-generated lint unit fuzz image e2e e2e-node+soak-smoke
 # Where make test writes its table of tier times (it prints it as well).
 TEST_TIMES ?= $(OUTPUT)/test-times.txt
 

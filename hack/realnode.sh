@@ -348,12 +348,21 @@ up() {
   static_image hack/realnode/pause "$SANDBOX_IMAGE"
   log "containerd up with sandbox image $SANDBOX_IMAGE ($((SECONDS - t0))s)"
 
-  "$B/kwokctl" --config "$RUN/kwokctl.yaml" create cluster --name "$CLUSTER_NAME" --runtime binary \
+  # kwokctl picks ports by listening and closing, from 32766 down in every
+  # run: clusters on this machine are created one at a time, under the lock
+  # the e2e harnesses take too (e2e/framework's lockPorts). -o: flock
+  # holds it, not the components kwokctl leaves running.
+  flock -o -w 300 -E 75 "$B/.ports.lock" \
+    "$B/kwokctl" --config "$RUN/kwokctl.yaml" create cluster --name "$CLUSTER_NAME" --runtime binary \
     --etcd-binary "$B/etcd" --kube-apiserver-binary "$B/kube-apiserver" \
     --kube-controller-manager-binary "$B/kube-controller-manager" \
     --kube-scheduler-binary "$B/kube-scheduler" --kwok-controller-binary "$B/kwok" \
-    --kubeconfig "$RUN/kubeconfig-unused.yaml" --wait 2m --timeout 3m >>"$RUN/logs/kwokctl.log" 2>&1 ||
-    { tail -20 "$RUN/logs/kwokctl.log" >&2; false; }
+    --kubeconfig "$RUN/kubeconfig-unused.yaml" --wait 2m --timeout 3m >>"$RUN/logs/kwokctl.log" 2>&1 || {
+    rc=$?
+    [ "$rc" = 75 ] && die "another cluster on this machine held $B/.ports.lock for 5 minutes"
+    tail -20 "$RUN/logs/kwokctl.log" >&2
+    false
+  }
   log "control plane $CLUSTER_NAME up ($((SECONDS - t0))s)"
 
   start kubelet "$B/kubelet" --config="$RUN/kubelet-config.yaml" --kubeconfig="$CLUSTER/kubeconfig.yaml" \

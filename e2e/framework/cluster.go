@@ -138,6 +138,11 @@ func (c *Cluster) Create(ctx context.Context) error {
 	if c.StartTimeout > 0 {
 		wait, timeout = c.StartTimeout.String(), c.StartTimeout.String()
 	}
+	unlock, err := c.lockPorts(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	kubeconfig := c.ContextKubeconfig
 	if kubeconfig == "" {
 		kubeconfig = filepath.Join(c.WorkDir, "kubeconfig-unused.yaml")
@@ -276,17 +281,25 @@ func (c *Cluster) StopAPIServer(ctx context.Context) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Its port is free until it is back: no cluster may start meanwhile.
+	unlock, err := c.lockPorts(ctx)
+	if err != nil {
+		return nil, err
+	}
 	// SIGKILL: a crash. (A SIGTERM'd apiserver drains its watches for a
 	// minute or more before it exits.)
 	if err := proc.Signal(syscall.SIGKILL); err != nil {
+		unlock()
 		return nil, fmt.Errorf("stopping the apiserver: %w", err)
 	}
 	if err := Poll(ctx, time.Minute, func() (bool, string) {
 		return exited(pid), "the apiserver has not exited"
 	}); err != nil {
+		unlock()
 		return nil, err
 	}
 	return func() error {
+		defer unlock()
 		log, err := os.OpenFile(filepath.Join(c.LogsDir(), "kube-apiserver.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 		if err != nil {
 			return err
@@ -308,6 +321,31 @@ func (c *Cluster) StopAPIServer(ctx context.Context) (func() error, error) {
 			return err == nil, fmt.Sprint(err)
 		})
 	}, nil
+}
+
+// lockPorts waits for, and takes, this machine's lock on choosing
+// control-plane ports (a file beside kwokctl, which hack/realnode.sh takes
+// with flock(1) too). kwokctl picks its components' ports by listening and
+// closing, walking down from 32766 in every run: two clusters created at
+// once pick the same ones, and a cluster created during another's
+// apiserver outage can take that apiserver's port. Harnesses side by side
+// (the real-node tier beside the soak) therefore create their clusters,
+// and stop an apiserver, one at a time. The returned function releases
+// the lock; exiting does as well.
+func (c *Cluster) lockPorts(ctx context.Context) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(c.BinDir, ".ports.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the port lock: %w", err)
+	}
+	err = Poll(ctx, 5*time.Minute, func() (bool, string) {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		return err == nil, fmt.Sprintf("another cluster on this machine holds %s: %v", f.Name(), err)
+	})
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { _ = f.Close() }, nil
 }
 
 // Delete removes the cluster and its processes (and ContextKubeconfig).

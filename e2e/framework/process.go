@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -221,14 +222,41 @@ func (p *Process) Running() bool {
 	}
 }
 
-// FreeAddr returns a free 127.0.0.1 port.
+// The ports FreeAddr hands out. Listening on port 0 and closing leaves a
+// gap before the process binds, and in it the port is anyone's: the kernel
+// gives the same ephemeral range (32768–60999 by default) to every port-0
+// bind and every outgoing connection, and kwokctl walks down from 32766
+// with the same listen-and-close. Two harnesses side by side (the real-node
+// tier beside the soak) took each other's ports that way. Below both, a
+// port is only taken by another FreeAddr, and a random one of ten thousand,
+// never handed out twice by one process, makes that unlikely.
+const freePortLow, freePortHigh = 20000, 30000
+
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreeAddr returns a free 127.0.0.1 port, one this process has not handed
+// out before (a stopped process keeps its port for its restart).
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 200 {
+		port := freePortLow + mathrand.IntN(freePortHigh-freePortLow)
+		if handedOut.ports[port] {
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		_ = ln.Close()
+		handedOut.ports[port] = true
+		return addr, nil
 	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String(), nil
+	return "", fmt.Errorf("no free port between %d and %d after 200 tries", freePortLow, freePortHigh)
 }
 
 func baseEnv() []string {
