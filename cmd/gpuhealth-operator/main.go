@@ -33,6 +33,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/controllers/index"
 	"github.com/gpuhealth/gpuhealth/controllers/nodehealth"
 	"github.com/gpuhealth/gpuhealth/controllers/policy"
+	"github.com/gpuhealth/gpuhealth/internal/eventnote"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/handoff"
@@ -257,7 +258,8 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	recorder := mgr.GetEventRecorder(nodehealth.FieldManager)
+	// Every note cut to what the apiserver accepts: a refused Event is lost.
+	recorder := eventnote.Bounded(mgr.GetEventRecorder(nodehealth.FieldManager))
 	// The drain lists and watches a node's pods on the apiserver: workload
 	// pods are not cached (controllers/cachetrim).
 	pods, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient()})
