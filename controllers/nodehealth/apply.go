@@ -187,9 +187,7 @@ func (r *Reconciler) createNodeHealth(ctx context.Context, o *observation) error
 func (r *Reconciler) writeNode(o *observation, write func(*corev1.Node) error) error {
 	n := o.node.DeepCopy()
 	err := write(n)
-	if n.ResourceVersion != o.node.ResourceVersion {
-		r.expect.wrote(kindNode, o.node, o.node.ResourceVersion)
-	}
+	r.expect.wrote(kindNode, o.node.Name, o.node.ResourceVersion, n.ResourceVersion)
 	return err
 }
 

@@ -44,9 +44,14 @@ func newExpectations(clk clock.PassiveClock) *expectations {
 	return &expectations{clock: clk, stale: map[expectationKey]expectation{}}
 }
 
-// wrote records that obj, read at resourceVersion readVersion, was written.
-func (e *expectations) wrote(kind string, obj client.Object, readVersion string) {
-	if e == nil || readVersion == "" {
+// wrote records that the object kind/name, read at readVersion, was
+// written and the apiserver answered with writtenVersion. A write that
+// changed nothing (the apiserver answers with the version it had: a status
+// equal but for sub-second times, say) leaves nothing for the cache to
+// catch up with, and expecting it to would stall the object until
+// expectationTimeout.
+func (e *expectations) wrote(kind, name, readVersion, writtenVersion string) {
+	if e == nil || readVersion == "" || writtenVersion == readVersion {
 		return
 	}
 	now := e.clock.Now()
@@ -61,7 +66,7 @@ func (e *expectations) wrote(kind string, obj client.Object, readVersion string)
 			}
 		}
 	}
-	e.stale[expectationKey{kind, obj.GetName()}] = expectation{resourceVersion: readVersion, at: now}
+	e.stale[expectationKey{kind, name}] = expectation{resourceVersion: readVersion, at: now}
 }
 
 // sweepAt is the number of expectations at which lapsed ones are dropped.

@@ -32,7 +32,7 @@ func (r *Reconciler) record(ctx context.Context, o *observation, p *plan) (bool,
 			}
 			continue
 		}
-		r.expect.wrote(kindHealthEvent, j.orig, j.orig.ResourceVersion)
+		r.expect.wrote(kindHealthEvent, j.orig.Name, j.orig.ResourceVersion, j.event.ResourceVersion)
 	}
 	if err := errors.Join(errs...); err != nil {
 		// The NodeHealth waits: a node must not return to service while
@@ -54,7 +54,7 @@ func (r *Reconciler) record(ctx context.Context, o *observation, p *plan) (bool,
 		}
 		return false, fmt.Errorf("patching status of nodehealth %s: %w", nh.Name, err)
 	}
-	r.expect.wrote(kindNodeHealth, o.nh, o.nh.ResourceVersion)
+	r.expect.wrote(kindNodeHealth, o.nh.Name, o.nh.ResourceVersion, nh.ResourceVersion)
 	for _, t := range p.transitions {
 		log.FromContext(ctx).Info("Transitioned node", "fromPhase", t.from, "toPhase", t.to, "reason", t.reason)
 		transitions.WithLabelValues(string(t.from), string(t.to), t.reason).Inc()
