@@ -297,24 +297,77 @@ func checkUVM(recent []int) verdict {
 	return verdict{degraded, recertify, "a solo CHI non-data error: NVIDIA resets when unified memory is in use (CHECK_UVM); gpuhealth cannot tell, so recertification checks the GPU when the policy acts on it"}
 }
 
-// xid154 reads the recovery action from the last parenthesised text, for
-// example "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset
-// Required)". NVIDIA lists the values None, Drain P2P, Drain and Reset, GPU
-// Reset Required and Node Reboot Required.
-func xid154(message string) verdict {
-	switch strings.ToLower(lastParenthesised(message)) {
-	case "gpu reset required":
-		return verdict{fatal, resetGPU, "the driver's recovery action is a GPU reset (XID 154)"}
-	case "drain and reset":
-		return verdict{fatal, resetGPU, "the driver's recovery action is drain and reset; gpuhealth drains before every reset (XID 154)"}
-	case "node reboot required":
-		return verdict{fatal, rebootNode, "the driver's recovery action is a node reboot (XID 154)"}
-	case "drain p2p":
-		return verdict{fatal, recertify, "the driver's recovery action is to drain peer-to-peer work: gpuhealth drains the node and recertification proves the links before it returns (XID 154)"}
-	case "none":
-		return verdict{info, none, "the driver's recovery action is none (XID 154)"}
+// The driver's recovery actions, by the value XID 154 prints: the
+// driver's NV2080_CTRL_GPU_RECOVERY_ACTION enum, which NVML publishes as
+// nvmlDeviceGpuRecoveryAction_t (the FI_DEV_GET_GPU_RECOVERY_ACTION field).
+// The words beside the value changed between driver branches (R610 prints
+// "PF FLR" and "OS Reboot" where earlier ones printed "GPU Reset Required"
+// and "Node Reboot Required"); the value did not, so it decides.
+const (
+	recoveryNone              = 0
+	recoveryGPUReset          = 1
+	recoveryNodeReboot        = 2
+	recoveryDrainP2P          = 3
+	recoveryDrainAndReset     = 4
+	recoveryRecoverIMEXDomain = 5
+	recoveryBusReset          = 6
+	recoverySystemReboot      = 7
+)
+
+// recoveryWords are the words drivers print beside each value, for a line
+// that carries words only.
+var recoveryWords = map[string]int{
+	"none":                 recoveryNone,
+	"gpu reset required":   recoveryGPUReset,
+	"pf flr":               recoveryGPUReset,
+	"node reboot required": recoveryNodeReboot,
+	"os reboot":            recoveryNodeReboot,
+	"drain p2p":            recoveryDrainP2P,
+	"drain and reset":      recoveryDrainAndReset,
+}
+
+// recoveryTo finds the value the action changed to ("… to 0x2 (OS
+// Reboot)"), else the words in the last parentheses; -1 when the line
+// carries neither in a form gpuhealth knows.
+var recoveryTo = regexp.MustCompile(`(?i)\bto\s+0x([0-9a-f]{1,8})\b`)
+
+func recoveryAction(message string) int {
+	if m := recoveryTo.FindStringSubmatch(message); m != nil {
+		if v, err := strconv.ParseUint(m[1], 16, 32); err == nil {
+			return int(v)
+		}
 	}
-	return verdict{fatal, contactSupport, "the line names no recovery action NVIDIA lists for XID 154, so a person decides"}
+	if v, ok := recoveryWords[strings.ToLower(lastParenthesised(message))]; ok {
+		return v
+	}
+	return -1
+}
+
+// xid154 reads the driver's recovery action from the line: by value, on
+// every driver's wording (recoveryAction).
+func xid154(message string) verdict {
+	switch v := recoveryAction(message); v {
+	case recoveryNone:
+		return verdict{info, none, "the driver's recovery action is none (XID 154)"}
+	case recoveryGPUReset:
+		return verdict{fatal, resetGPU, "the driver's recovery action is a GPU reset (XID 154, 0x1)"}
+	case recoveryDrainAndReset:
+		return verdict{fatal, resetGPU, "the driver's recovery action is drain and reset; gpuhealth drains before every reset (XID 154, 0x4)"}
+	case recoveryNodeReboot:
+		return verdict{fatal, rebootNode, "the driver's recovery action is a node reboot (XID 154, 0x2)"}
+	case recoverySystemReboot:
+		return verdict{fatal, rebootNode, "the driver's recovery action is a system reboot (XID 154, 0x7)"}
+	case recoveryBusReset:
+		return verdict{fatal, rebootNode, "the driver's recovery action is a PCIe bus reset, which gpuhealth's GPU reset does not do; a reboot resets the bus (XID 154, 0x6)"}
+	case recoveryDrainP2P:
+		return verdict{fatal, recertify, "the driver's recovery action is to drain peer-to-peer work: gpuhealth drains the node and recertification proves the links before it returns (XID 154, 0x3)"}
+	case recoveryRecoverIMEXDomain:
+		return verdict{fatal, contactSupport, "the driver's recovery action is to recover the IMEX domain, which spans nodes: a person decides (XID 154, 0x5)"}
+	case -1:
+		return verdict{fatal, contactSupport, "the line names no recovery action gpuhealth can read for XID 154, so a person decides"}
+	default:
+		return verdict{fatal, contactSupport, fmt.Sprintf("the driver's recovery action 0x%x is newer than gpuhealth knows (XID 154), so a person decides", v)}
+	}
 }
 
 // lastParenthesised returns the trimmed text inside the last balanced pair

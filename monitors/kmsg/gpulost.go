@@ -17,9 +17,10 @@ import (
 //	NVRM: fallen off the bus and is not responding to commands.
 //
 // which is one printk with embedded newlines: /dev/kmsg writes it as one
-// record with the newlines escaped ("\x0a"), and syslog or a journal export
-// may deliver it as three lines (three records). Joiner puts those back
-// together before Parse. Like the XID line, the text must start the message.
+// record with the newlines escaped ("\x0a"); a replay or relay may carry it
+// as three consecutive records instead. Joiner puts those back together
+// before Parse. (Only /dev/kmsg records are read: a syslog or journal line
+// has no facility, so the kernel's lines could not be told from others'.) Like the XID line, the text must start the message.
 var (
 	gpuLostRuntime = regexp.MustCompile(`^NVRM: GPU ([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?): GPU has fallen off the bus`)
 	gpuLostProbe   = regexp.MustCompile(`^NVRM: The NVIDIA GPU ([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\s*(?:\(PCI ID: [0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}\))?\s*installed in this system has\s+fallen off the bus`)
