@@ -84,12 +84,13 @@ func (r *Reconciler) admit(ctx context.Context, o *observation, p *plan) (*ticke
 // keep says the pass's quarantine became real: its fence went through.
 func (t *ticket) keep() { t.kept = true }
 
-// wrote says the pass wrote the node's status with phase: the quarantine
-// is kept, and a write under the budget lock goes into the recent list.
-func (t *ticket) wrote(node string, phase gpuhealthv1alpha1.NodeHealthPhase) {
+// wrote says the pass wrote the node's status: the quarantine is kept,
+// and a write under the budget lock goes into the recent list with what
+// the counts read from it (the phase and the ComputeDomain membership).
+func (t *ticket) wrote(node string, status *gpuhealthv1alpha1.NodeHealthStatus) {
 	t.kept = true
 	if l := t.r.admission.recent; t.locked && l != nil {
-		l.wrote[node] = phase
+		l.wrote[node] = counted{phase: status.Phase, computeDomain: status.ComputeDomain.DeepCopy()}
 	}
 }
 
@@ -109,19 +110,32 @@ func (t *ticket) release() {
 const recentListTTL = 2 * time.Second
 
 // recentList is the NodeHealths as a count under admission.mu last listed them
-// from the apiserver, with the phases this process wrote since under the
-// lock. Within recentListTTL a count that would start a drain reuses it
-// instead of listing every NodeHealth again, so that twenty nodes admitted
-// one after another cost one list, not twenty. It can only over-count:
-// the one way into Draining is a write under the lock (which it records),
-// and a node that left a budget-consuming phase since still counts. A
-// refusal is never decided on it (Reconcile lists again), and a policy
-// that counts certification against its budgets always lists, since a new
-// node enters Certifying without the lock. Guarded by admission.mu.
+// from the apiserver, with what this process wrote since under the lock.
+// Within recentListTTL a count that would start a drain reuses it instead
+// of listing every NodeHealth again, so that twenty nodes admitted one
+// after another cost one list, not twenty. It can only over-count: the one
+// way into Draining is a write under the lock, which it records with
+// everything a count reads (the phase, and the ComputeDomain membership: a
+// node whose membership was first written by that same write would
+// otherwise count against no domain's budget); a node that left a
+// budget-consuming phase since still counts. A refusal is never decided on
+// it (Reconcile lists again), and a policy that counts certification
+// against its budgets always lists, since a new node enters Certifying
+// without the lock. Guarded by admission.mu.
 type recentList struct {
 	at    time.Time
 	items []gpuhealthv1alpha1.NodeHealth
-	wrote map[string]gpuhealthv1alpha1.NodeHealthPhase
+	wrote map[string]counted
+}
+
+// counted is what the budget counts read from a NodeHealth's status.
+type counted struct {
+	phase         gpuhealthv1alpha1.NodeHealthPhase
+	computeDomain *gpuhealthv1alpha1.ComputeDomainMembership
+}
+
+func (c counted) layOver(st *gpuhealthv1alpha1.NodeHealthStatus) {
+	st.Phase, st.ComputeDomain = c.phase, c.computeDomain
 }
 
 // liveNodeHealths returns the NodeHealths for a count under admission.mu: the
@@ -133,14 +147,16 @@ func (r *Reconciler) liveNodeHealths(ctx context.Context, o *observation) ([]gpu
 		!o.now.Time.Before(l.at) && o.now.Sub(l.at) < recentListTTL {
 		seen := make(map[string]bool, len(l.wrote))
 		for i := range l.items {
-			if ph, ok := l.wrote[l.items[i].Name]; ok {
-				l.items[i].Status.Phase = ph
+			if c, ok := l.wrote[l.items[i].Name]; ok {
+				c.layOver(&l.items[i].Status)
 				seen[l.items[i].Name] = true
 			}
 		}
-		for name, ph := range l.wrote {
+		for name, c := range l.wrote {
 			if !seen[name] {
-				l.items = append(l.items, gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: gpuhealthv1alpha1.NodeHealthStatus{Phase: ph}})
+				nh := gpuhealthv1alpha1.NodeHealth{ObjectMeta: metav1.ObjectMeta{Name: name}}
+				c.layOver(&nh.Status)
+				l.items = append(l.items, nh)
 			}
 		}
 		return l.items, true, nil
@@ -150,7 +166,7 @@ func (r *Reconciler) liveNodeHealths(ctx context.Context, o *observation) ([]gpu
 		r.admission.recent = nil
 		return nil, false, fmt.Errorf("listing nodehealths: %w", err)
 	}
-	r.admission.recent = &recentList{at: o.now.Time, items: list.Items, wrote: map[string]gpuhealthv1alpha1.NodeHealthPhase{}}
+	r.admission.recent = &recentList{at: o.now.Time, items: list.Items, wrote: map[string]counted{}}
 	return list.Items, false, nil
 }
 

@@ -233,7 +233,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// decide again from the fresh copy.
 		return after(conflictRetry), nil
 	}
-	t.wrote(o.nh.Name, p.status.Phase)
+	t.wrote(o.nh.Name, &p.status)
 	if err := r.applyAfterWrite(ctx, o, p); err != nil {
 		// A conflict: the node changed under us (a kubelet's status, say)
 		// and the return to service is repeated from the fresh copy.

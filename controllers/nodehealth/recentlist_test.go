@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
 )
 
 // listCounter counts the NodeHealth lists made through it.
@@ -62,4 +63,41 @@ func TestAdmissionsShareOneListAndNeverOverrun(t *testing.T) {
 	h.g.Expect(out).To(Equal(3), "the budget's three, not one more")
 	h.g.Expect(waiting).To(Equal(2))
 	h.g.Expect(counter.lists.Load()).To(Equal(int32(1)), "one list for the three admissions (three without the recent list)")
+}
+
+// TestRecentListCountsADomainMemberItAdmitted: two members of one
+// ComputeDomain fail together under maxUnavailablePerComputeDomain 1, and
+// neither had written its membership before. The first is admitted and
+// writes its phase and its membership in one write; the second's count,
+// within the recent list's lifetime and from a budget snapshot that has not
+// seen that write (a lagging cache), must still count the first against the
+// domain and wait.
+func TestRecentListCountsADomainMemberItAdmitted(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.CircuitBreaker.Enabled = ptr.To(false)
+		s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(10))
+		s.Budgets.MaxUnavailablePerComputeDomain = ptr.To(intstrFromInt(1))
+		s.Budgets.MaxUnavailablePerClique = ptr.To(intstrFromInt(10))
+		s.Recertification.Job = jobTemplate()
+	})
+	e := h.withComputeDomains(testenv.DriverShapes()[0])
+	d := e.domain("d")
+	n1, n2 := h.node("a", nil).Name, h.node("b", nil).Name
+	for _, n := range []string{n1, n2} {
+		e.join(n, d, h.label+".c")
+		e.waitListed(n, true)
+		h.fault(n, gpuhealthv1alpha1.CheckXID, "79")
+	}
+	// A snapshot that is never told of a change: the cache lags.
+	h.r.snapshots = &snapshotCache{}
+
+	h.reconcile(n1)
+	h.g.Expect(h.phase(n1)).To(Equal(draining))
+	h.g.Expect(h.nodeHealth(n1).Status.ComputeDomain).NotTo(BeNil())
+	h.reconcile(n2)
+	nh := h.nodeHealth(n2)
+	h.g.Expect(nh.Status.Phase).To(Equal(quarantined), "the first member's drain holds the domain's only slot")
+	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonWaitingForBudget))
+	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
 }
