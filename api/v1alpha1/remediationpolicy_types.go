@@ -70,7 +70,7 @@ type Debounce struct {
 
 	// window is the sliding time window in which count occurrences must fall.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="window must be a positive duration such as 30s, 5m or 24h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="window must be a duration from 1s to 8760h (a year) such as 30s, 5m or 24h"
 	Window Duration `json:"window"`
 }
 
@@ -80,7 +80,7 @@ type Recovery struct {
 	// counting against the node, so a flapping link does not bounce the node
 	// in and out of service.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$')",message="clearAfter must be a non-negative duration such as 0s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self == '0' || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && (duration(self) == duration('0s') || duration(self) >= duration('1s')) && duration(self) <= duration('8760h')",message="clearAfter must be 0 or a duration from 1s to 8760h (a year) such as 0s, 5m or 1h"
 	ClearAfter Duration `json:"clearAfter"`
 }
 
@@ -196,6 +196,9 @@ type NamespaceDrain struct {
 	Namespace string `json:"namespace,omitempty"`
 
 	// namespaceSelector selects the namespaces this entry applies to by label.
+	// A selector that does not parse (an operator other than In, NotIn,
+	// Exists and DoesNotExist, say) makes the policy Ready=False with
+	// reason InvalidSelector.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
@@ -208,7 +211,7 @@ type NamespaceDrain struct {
 	// began, DeleteAfterTimeout deletes the pods still there, and Evict and
 	// WaitForCompletion pods still there get drain.onTimeout.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	Timeout *Duration `json:"timeout,omitempty"`
 }
 
@@ -241,7 +244,7 @@ type DrainSpec struct {
 	// terminating are left to finish. Default 1h.
 	// +optional
 	// +kubebuilder:default="1h"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	Timeout *Duration `json:"timeout,omitempty"`
 
 	// onTimeout is what becomes of Evict and WaitForCompletion pods still on
@@ -364,7 +367,7 @@ type RecertificationSpec struct {
 	// timeout is job's deadline; past it the attempt fails. Default 30m.
 	// +optional
 	// +kubebuilder:default="30m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	Timeout *Duration `json:"timeout,omitempty"`
 
 	// maxAttempts is how many failed attempts send the node to Failed. Default 3.
@@ -377,14 +380,14 @@ type RecertificationSpec struct {
 	// backoff is the wait after a failed attempt before the next. Default 5m.
 	// +optional
 	// +kubebuilder:default="5m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$')",message="backoff must be a non-negative duration such as 0s, 30s or 5m"
+	// +kubebuilder:validation:XValidation:rule="self == '0' || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && (duration(self) == duration('0s') || duration(self) >= duration('1s')) && duration(self) <= duration('8760h')",message="backoff must be 0 or a duration from 1s to 8760h (a year) such as 0s, 30s or 5m"
 	Backoff *Duration `json:"backoff,omitempty"`
 
 	// soakWindow is how long after a successful Job the node must see no new
 	// quarantining finding before it returns to service. Default 10m.
 	// +optional
 	// +kubebuilder:default="10m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$')",message="soakWindow must be a non-negative duration such as 0s, 30s or 10m"
+	// +kubebuilder:validation:XValidation:rule="self == '0' || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && (duration(self) == duration('0s') || duration(self) >= duration('1s')) && duration(self) <= duration('8760h')",message="soakWindow must be 0 or a duration from 1s to 8760h (a year) such as 0s, 30s or 10m"
 	SoakWindow *Duration `json:"soakWindow,omitempty"`
 
 	// requireFabricHealthy keeps the node out until its fabric and IMEX
@@ -404,7 +407,7 @@ type RemediationStep struct {
 	// timeout is the Job's deadline. Default 30m.
 	// +optional
 	// +kubebuilder:default="30m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	Timeout *Duration `json:"timeout,omitempty"`
 }
 
@@ -517,7 +520,7 @@ type ComputeDomainSpec struct {
 	// Warning Event. The node stays in Draining either way. Default 10m.
 	// +optional
 	// +kubebuilder:default="10m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="leaveTimeout must be a positive duration such as 30s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="leaveTimeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	LeaveTimeout *Duration `json:"leaveTimeout,omitempty"`
 
 	// deadMemberGracePeriod is how long a fenced member must have been
@@ -526,7 +529,7 @@ type ComputeDomainSpec struct {
 	// drop it. Default 5m.
 	// +optional
 	// +kubebuilder:default="5m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$')",message="deadMemberGracePeriod must be a non-negative duration such as 0s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self == '0' || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && (duration(self) == duration('0s') || duration(self) >= duration('1s')) && duration(self) <= duration('8760h')",message="deadMemberGracePeriod must be 0 or a duration from 1s to 8760h (a year) such as 0s, 5m or 1h"
 	DeadMemberGracePeriod *Duration `json:"deadMemberGracePeriod,omitempty"`
 
 	// notReadyIsDead lets a fenced member that is NotReady past the grace
@@ -600,13 +603,13 @@ type CircuitBreakerSpec struct {
 	// window is the sliding window over which quarantines are counted. Default 10m.
 	// +optional
 	// +kubebuilder:default="10m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="window must be a positive duration such as 30s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="window must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	Window *Duration `json:"window,omitempty"`
 
 	// coolDown is how long the breaker stays open before it closes by itself. Default 30m.
 	// +optional
 	// +kubebuilder:default="30m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="coolDown must be a positive duration such as 30s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="coolDown must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	CoolDown *Duration `json:"coolDown,omitempty"`
 }
 
@@ -614,8 +617,11 @@ type CircuitBreakerSpec struct {
 type RemediationPolicySpec struct {
 	// nodeSelector selects the nodes this policy manages.
 	// Default: nodes labelled nvidia.com/gpu.present=true.
+	// It must name at least one label: an empty selector would manage
+	// every node, control-plane and CPU nodes included.
 	// +optional
 	// +kubebuilder:default={matchLabels: {"nvidia.com/gpu.present": "true"}}
+	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="nodeSelector must name at least one label: an empty selector manages every node, control-plane and CPU nodes included"
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 
 	// rules judge findings, first match wins, before the built-in defaults.
@@ -706,7 +712,7 @@ type ApprovalSpec struct {
 	// timeout is how long a node waits before onTimeout applies. Unset: it
 	// waits until approved.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30m or 4h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration from 1s to 8760h (a year) such as 30m or 4h"
 	Timeout *Duration `json:"timeout,omitempty"`
 
 	// onTimeout is Wait (keep waiting, the default) or Proceed (carry out

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,22 @@ func (p *RemediationPolicy) Selector() (labels.Selector, error) {
 		return labels.Everything(), nil
 	}
 	return metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
+}
+
+// NamespaceSelectorError returns the first drain namespaceSelector that
+// does not parse (an operator other than In, NotIn, Exists and
+// DoesNotExist, In without values), naming its entry; nil when all do. The
+// schema cannot check operators: the apiserver's CEL cost estimate for a
+// rule over LabelSelector's unbounded lists exceeds its budget.
+func (d *DrainSpec) NamespaceSelectorError() error {
+	for i := range d.Namespaces {
+		if sel := d.Namespaces[i].NamespaceSelector; sel != nil {
+			if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+				return fmt.Errorf("drain.namespaces[%d].namespaceSelector does not parse: %w", i, err)
+			}
+		}
+	}
+	return nil
 }
 
 // ManagingPolicy returns the policy that manages a node with these labels:

@@ -93,7 +93,7 @@ type SuiteStep struct {
 	// timeout is the Job's deadline; past it the step fails. Default 30m.
 	// +optional
 	// +kubebuilder:default="30m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	Timeout *Duration `json:"timeout,omitempty"`
 
 	// parser judges the step's output. Default exit-code.
@@ -140,7 +140,7 @@ type CertificationSpec struct {
 	// backoff is the wait after a failed attempt before the next. Default 5m.
 	// +optional
 	// +kubebuilder:default="5m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$')",message="backoff must be a non-negative duration such as 0s, 30s or 5m"
+	// +kubebuilder:validation:XValidation:rule="self == '0' || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && (duration(self) == duration('0s') || duration(self) >= duration('1s')) && duration(self) <= duration('8760h')",message="backoff must be 0 or a duration from 1s to 8760h (a year) such as 0s, 30s or 5m"
 	Backoff *Duration `json:"backoff,omitempty"`
 
 	// countAgainstBudget makes Certifying nodes count against
@@ -180,7 +180,7 @@ type CliqueCertificationSpec struct {
 	// timeout is the Job's deadline. Default 30m.
 	// +optional
 	// +kubebuilder:default="30m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) > duration('0s')",message="timeout must be a positive duration such as 30s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	Timeout *Duration `json:"timeout,omitempty"`
 
 	// maxAttempts is how many attempts run before the taint stays for a
@@ -194,7 +194,7 @@ type CliqueCertificationSpec struct {
 	// backoff is the wait after a failed attempt before the next. Default 5m.
 	// +optional
 	// +kubebuilder:default="5m"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$')",message="backoff must be a non-negative duration such as 0s, 30s or 5m"
+	// +kubebuilder:validation:XValidation:rule="self == '0' || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && (duration(self) == duration('0s') || duration(self) >= duration('1s')) && duration(self) <= duration('8760h')",message="backoff must be 0 or a duration from 1s to 8760h (a year) such as 0s, 30s or 5m"
 	Backoff *Duration `json:"backoff,omitempty"`
 }
 

@@ -332,29 +332,61 @@ func TestSchemaRejectsInvalidObjects(t *testing.T) {
 		{
 			name: "zero ComputeDomain leave timeout", object: validPolicy,
 			mutate: func(u *unstructured.Unstructured) { set(u, "0s", "spec", "computeDomain", "leaveTimeout") },
-			want:   []string{"spec.computeDomain.leaveTimeout", "leaveTimeout must be a positive duration"},
+			want:   []string{"spec.computeDomain.leaveTimeout", "leaveTimeout must be a duration from 1s to 8760h"},
 		},
 		{
 			name: "dead-member grace period in words", object: validPolicy,
 			mutate: func(u *unstructured.Unstructured) {
 				set(u, "five minutes", "spec", "computeDomain", "deadMemberGracePeriod")
 			},
-			want: []string{"deadMemberGracePeriod must be a non-negative duration"},
+			want: []string{"deadMemberGracePeriod must be 0 or a duration from 1s to 8760h"},
 		},
 		{
 			name: "negative drain timeout", object: validPolicy,
 			mutate: func(u *unstructured.Unstructured) { set(u, "-5m", "spec", "drain", "timeout") },
-			want:   []string{"spec.drain.timeout", "timeout must be a positive duration such as 30s, 5m or 1h"},
+			want:   []string{"spec.drain.timeout", "timeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"},
 		},
 		{
 			name: "soak window in words", object: validPolicy,
 			mutate: func(u *unstructured.Unstructured) { set(u, "ten minutes", "spec", "recertification", "soakWindow") },
-			want:   []string{"spec.recertification.soakWindow", "soakWindow must be a non-negative duration"},
+			want:   []string{"spec.recertification.soakWindow", "soakWindow must be 0 or a duration from 1s to 8760h"},
+		},
+		{
+			name: "sub-second drain timeout", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) { set(u, "500ms", "spec", "drain", "timeout") },
+			want:   []string{"spec.drain.timeout", "timeout must be a duration from 1s to 8760h"},
+		},
+		{
+			name: "sub-second soak window", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) { set(u, "0.5s", "spec", "recertification", "soakWindow") },
+			want:   []string{"spec.recertification.soakWindow", "soakWindow must be 0 or a duration from 1s to 8760h"},
+		},
+		{
+			name: "soak window over a year", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) { set(u, "8761h", "spec", "recertification", "soakWindow") },
+			want:   []string{"spec.recertification.soakWindow", "soakWindow must be 0 or a duration from 1s to 8760h"},
+		},
+		{
+			name: "soak window past what a duration holds", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) { set(u, "3000000h", "spec", "recertification", "soakWindow") },
+			want:   []string{"spec.recertification.soakWindow"},
+		},
+		{
+			name: "empty node selector", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) { set(u, map[string]any{}, "spec", "nodeSelector") },
+			want:   []string{"spec.nodeSelector", "nodeSelector must name at least one label"},
+		},
+		{
+			name: "node selector with empty lists", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) {
+				set(u, map[string]any{"matchLabels": map[string]any{}, "matchExpressions": []any{}}, "spec", "nodeSelector")
+			},
+			want: []string{"spec.nodeSelector", "nodeSelector must name at least one label"},
 		},
 		{
 			name: "zero debounce window", object: validPolicy,
 			mutate: func(u *unstructured.Unstructured) { set(u, "0s", "spec", "rules", "0", "debounce", "window") },
-			want:   []string{"spec.rules[0].debounce.window", "window must be a positive duration"},
+			want:   []string{"spec.rules[0].debounce.window", "window must be a duration from 1s to 8760h"},
 		},
 		{
 			name: "debounce count of zero", object: validPolicy,

@@ -245,12 +245,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: breakerRecheck}, nil
 }
 
-// readyCondition is the policy's Ready condition for a selector that
-// parses: False while its Job templates break the install's rules, listing
-// the breaches (the nodehealth and fabric controllers do not act on it
-// meanwhile), else True. The counts stay: they show what the policy
-// would manage.
+// readyCondition is the policy's Ready condition for a node selector that
+// parses: False while a drain namespaceSelector does not parse (every
+// drain of its nodes would fail on it), or while its Job templates break
+// the install's rules, listing the breaches (the nodehealth and fabric
+// controllers do not act on it meanwhile), else True. The counts stay:
+// they show what the policy would manage.
 func readyCondition(p *gpuhealthv1alpha1.RemediationPolicy, managed int, breaches []string, now metav1.Time) metav1.Condition {
+	if err := p.Spec.Drain.NamespaceSelectorError(); err != nil {
+		return metav1.Condition{
+			Type: gpuhealthv1alpha1.PolicyReadyCondition, Status: metav1.ConditionFalse, Reason: gpuhealthv1alpha1.ReasonInvalidSelector,
+			Message:            gpuhealthv1alpha1.Truncate(fmt.Sprintf("%v; drains of this policy's %d nodes fail until it is fixed", err, managed), 32768),
+			ObservedGeneration: p.Generation, LastTransitionTime: now,
+		}
+	}
 	if len(breaches) > 0 {
 		return metav1.Condition{
 			Type: gpuhealthv1alpha1.PolicyReadyCondition, Status: metav1.ConditionFalse, Reason: gpuhealthv1alpha1.ReasonJobRulesBreached,

@@ -294,3 +294,48 @@ func TestJobRulesBreachedIsNotReady(t *testing.T) {
 	g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 	g.Expect(c.Reason).To(Equal(gpuhealthv1alpha1.ReasonValid))
 }
+
+// A drain namespaceSelector with an operator the schema cannot check
+// ("Equals") would fail every drain of the policy's nodes: the policy says
+// so, Ready=False with InvalidSelector naming the entry, until it is fixed.
+func TestUnparsableDrainSelectorIsNotReady(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	p := &gpuhealthv1alpha1.RemediationPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "bad-namespace-selector"},
+		Spec: gpuhealthv1alpha1.RemediationPolicySpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "bad-namespace-selector"}},
+			Drain: gpuhealthv1alpha1.DrainSpec{Namespaces: []gpuhealthv1alpha1.NamespaceDrain{
+				{Namespace: "batch", Mode: gpuhealthv1alpha1.DrainWaitForCompletion},
+				{Mode: gpuhealthv1alpha1.DrainEvict, NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+					{Key: "team", Operator: "Equals", Values: []string{"ml"}},
+				}}},
+			}},
+		},
+	}
+	g.Expect(k8sClient.Create(ctx, p)).To(Succeed(), "the schema admits it")
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), p) })
+
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	r := &Reconciler{Client: k8sClient, Clock: clk, Recorder: events.NewFakeRecorder(10)}
+	ready := func() metav1.Condition {
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		g.Expect(err).NotTo(HaveOccurred())
+		clk.Step(time.Minute) // past MinInterval
+		got := &gpuhealthv1alpha1.RemediationPolicy{}
+		g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
+		c := meta.FindStatusCondition(got.Status.Conditions, gpuhealthv1alpha1.PolicyReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		return *c
+	}
+	c := ready()
+	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(c.Reason).To(Equal(gpuhealthv1alpha1.ReasonInvalidSelector))
+	g.Expect(c.Message).To(And(HavePrefix("drain.namespaces[1].namespaceSelector does not parse: "), ContainSubstring(`"Equals" is not a valid label selector operator`)))
+
+	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: p.Name}, p)).To(Succeed())
+	p.Spec.Drain.Namespaces[1].NamespaceSelector.MatchExpressions[0].Operator = metav1.LabelSelectorOpIn
+	g.Expect(k8sClient.Update(ctx, p)).To(Succeed())
+	c = ready()
+	g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+}

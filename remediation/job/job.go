@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,7 +204,7 @@ func build(name, namespace string, kind Kind, ours map[string]string, started st
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:            ptr.To[int32](0),
-			ActiveDeadlineSeconds:   ptr.To(int64(timeout.Seconds())),
+			ActiveDeadlineSeconds:   ptr.To(deadlineSeconds(timeout)),
 			TTLSecondsAfterFinished: ptr.To(int32(finishedTTL.Seconds())),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: tmpl.Annotations},
@@ -324,4 +325,12 @@ func deleteIfUnfinished(ctx context.Context, c client.Client, j *batchv1.Job) (b
 	err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground),
 		client.Preconditions{UID: &uid, ResourceVersion: &rv})
 	return err == nil, err
+}
+
+// deadlineSeconds is a step's timeout as activeDeadlineSeconds: whole
+// seconds, rounded up, and at least 1. The schema refuses a timeout under a
+// second; one stored before it did would otherwise become 0, which the
+// apiserver refuses, and the step could never start.
+func deadlineSeconds(timeout time.Duration) int64 {
+	return max(1, int64(math.Ceil(timeout.Seconds())))
 }

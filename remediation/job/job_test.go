@@ -149,3 +149,11 @@ func TestResult(t *testing.T) {
 }
 
 func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+func TestDeadlineSecondsRoundsUpToAtLeastOne(t *testing.T) {
+	for in, want := range map[time.Duration]int64{500 * time.Millisecond: 1, 0: 1, time.Second: 1, 1500 * time.Millisecond: 2, time.Hour: 3600} {
+		if got := deadlineSeconds(in); got != want {
+			t.Errorf("deadlineSeconds(%s) = %d, want %d", in, got, want)
+		}
+	}
+}
