@@ -15,7 +15,14 @@ type sample struct {
 	value uint64
 }
 
-// maxSamples bounds the history: a 60 s window polled every second.
+// maxSamples bounds the history. Only the oldest sample in the window and
+// the newest decide a rate, and the ones between are there to become the
+// oldest as the window moves on; so the samples kept are spaced at least
+// window/maxSamples apart (a new sample replaces the newest kept while
+// that one is nearer than this to the one before it), and any window is covered at any poll
+// interval, its start known to within 1/maxSamples of it. (A window of more
+// than maxSamples polls once kept only the last maxSamples of them: a
+// 5-minute window polled every 2 s judged 128 s.)
 const maxSamples = 64
 
 // Add records value at time at and returns the rate per second over the
@@ -25,7 +32,11 @@ func (r *Rate) Add(at time.Time, value uint64, window time.Duration) (float64, b
 	if n := len(r.samples); n > 0 && value < r.samples[n-1].value {
 		r.samples = r.samples[:0]
 	}
-	r.samples = append(r.samples, sample{at: at, value: value})
+	if n := len(r.samples); n >= 2 && r.samples[n-1].at.Sub(r.samples[n-2].at) < window/maxSamples {
+		r.samples[n-1] = sample{at: at, value: value}
+	} else {
+		r.samples = append(r.samples, sample{at: at, value: value})
+	}
 	cutoff := at.Add(-window)
 	drop := 0
 	// Keep one sample at or before the cutoff so the window is covered.

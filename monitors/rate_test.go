@@ -54,3 +54,26 @@ func TestRateBoundsHistory(t *testing.T) {
 	}
 	g.Expect(len(r.samples)).To(BeNumerically("<=", maxSamples))
 }
+
+// A 5-minute window polled every second (300 polls, more than the history
+// holds): the rate is taken over the whole window, not over its last 64
+// polls, and the history stays bounded.
+func TestRateCoversWindowsLongerThanItsHistory(t *testing.T) {
+	g := NewWithT(t)
+	var r Rate
+	t0 := time.Unix(1_700_000_000, 0)
+	const window = 5 * time.Minute
+	// 1 per second for the first minute, then nothing: over the window
+	// ending at 10 min the rate is 0; ending at 5 min 30 s, it is 30/300.
+	value := uint64(0)
+	var rate float64
+	for i := range 331 {
+		if i > 0 && i <= 60 {
+			value++
+		}
+		rate, _ = r.Add(t0.Add(time.Duration(i)*time.Second), value, window)
+	}
+	g.Expect(rate).To(BeNumerically("~", 30.0/300, 0.01), "the window's first 30 s of increase count")
+	g.Expect(r.Increase()).To(BeNumerically("~", 30, 5))
+	g.Expect(len(r.samples)).To(BeNumerically("<=", maxSamples+2))
+}

@@ -128,13 +128,14 @@ func (s *Source) readPCIe(d *device, r *slowgpu.Reading) error {
 		return err
 	}
 	if ok {
-		p.Width, _ = d.handle.GetCurrPcieLinkWidth()
-		var ret gonvml.Return
-		p.MaxGeneration, ret = d.handle.GetMaxPcieLinkGeneration()
-		if ret != gonvml.SUCCESS && s.symbols.gpuMaxPcieLinkGeneration {
-			p.MaxGeneration, _ = d.handle.GetGpuMaxPcieLinkGeneration()
+		// A value that could not be read stays 0, which the judge reads as
+		// "not read", never as a link of width 0.
+		p.Width = readOr0(d.handle.GetCurrPcieLinkWidth())
+		p.MaxGeneration = readOr0(d.handle.GetMaxPcieLinkGeneration())
+		if p.MaxGeneration == 0 && s.symbols.gpuMaxPcieLinkGeneration {
+			p.MaxGeneration = readOr0(d.handle.GetGpuMaxPcieLinkGeneration())
 		}
-		p.MaxWidth, _ = d.handle.GetMaxPcieLinkWidth()
+		p.MaxWidth = readOr0(d.handle.GetMaxPcieLinkWidth())
 		// Without utilisation an idle link cannot be told from a slow one.
 		ok, err = s.read(d, "utilization", func() gonvml.Return {
 			u, ret := d.handle.GetUtilizationRates()
@@ -280,4 +281,12 @@ func fieldUint(v gonvml.FieldValue) (uint64, bool) {
 		return 0, false
 	}
 	return x, true
+}
+
+// readOr0 is an NVML read's value when it succeeded, else 0.
+func readOr0(v int, ret gonvml.Return) int {
+	if ret != gonvml.SUCCESS {
+		return 0
+	}
+	return v
 }

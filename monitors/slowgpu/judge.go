@@ -154,6 +154,7 @@ type Clocks struct {
 
 // PCIe is the PCIe link now and at most, with the GPU's utilisation.
 type PCIe struct {
+	// Each is 0 when it could not be read: that pair is not judged.
 	Generation, Width, MaxGeneration, MaxWidth int
 	// Utilization is the GPU's utilisation in percent.
 	Utilization uint32
@@ -352,7 +353,10 @@ func (j *Judge) pcieLink(now time.Time, c *Config, r Reading, labels []string, t
 			{CodePCIeGeneration, p.Generation, p.MaxGeneration, gpuhealthv1alpha1.ActionRecertify},
 			{CodePCIeWidth, p.Width, p.MaxWidth, gpuhealthv1alpha1.ActionRebootNode},
 		} {
-			held, busyTime := shareOf(j.pcie, l.code).add(now, l.max > 0 && l.cur < l.max, busy, c.Window)
+			// A value not read (0) is time that counts neither way: a failed
+			// width read is no link of width 0.
+			read := l.cur > 0 && l.max > 0
+			held, busyTime := shareOf(j.pcie, l.code).add(now, read && l.cur < l.max, busy && read, c.Window)
 			f := j.finding(gpuhealthv1alpha1.CheckPCIeDegraded, l.code, gpuhealthv1alpha1.SeverityDegraded, l.action,
 				fmt.Sprintf("GPU %d (%s) PCIe link %s %s for %.0f%% of its busy time over the last %s (busy %.0f%% of the window; utilisation now %d%%)",
 					j.Index, j.UUID, l.code, link, percent(held, busyTime), c.Window, percent(busyTime, c.Window), p.Utilization))

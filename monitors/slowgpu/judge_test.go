@@ -109,6 +109,17 @@ func TestPCIeIsJudgedOnlyWhileBusy(t *testing.T) {
 	g.Expect(resolved).To(Equal(46), "busy at x16 for more than half the window")
 }
 
+// A width or generation NVML could not read arrives as 0: not read, never a
+// link of width 0 on a busy GPU (which would be a WIDTH finding whose
+// action reboots the node).
+func TestUnreadPCIeValuesAreNotJudged(t *testing.T) {
+	g := NewWithT(t)
+	p := newPoll()
+	for s := range 30 {
+		g.Expect(p.at(s, Reading{PCIe: &PCIe{Generation: 5, Width: 0, MaxGeneration: 0, MaxWidth: 16, Utilization: 95}})).To(BeEmpty(), "at %d s", s)
+	}
+}
+
 func TestMemoryAndECC(t *testing.T) {
 	g := NewWithT(t)
 	p := newPoll()
