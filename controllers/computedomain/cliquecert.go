@@ -2,7 +2,6 @@ package computedomain
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -200,11 +199,12 @@ func (r *FabricReconciler) judgeClique(ctx context.Context, spec *gpuhealthv1alp
 		parser.Type = gpuhealthv1alpha1.ParserNCCLTests
 	}
 	var text []byte
+	var total int64
 	var outErr error
 	if parser.Type != gpuhealthv1alpha1.ParserExitCode {
 		if r.Outputs == nil {
 			outErr = fmt.Errorf("the operator reads no job output: %w", job.ErrNoOutput)
-		} else if text, outErr = r.Outputs.Output(ctx, j.Namespace, j.Name); outErr != nil && !errors.Is(outErr, job.ErrNoOutput) &&
+		} else if text, total, outErr = r.Outputs.Output(ctx, j.Namespace, j.Name); outErr != nil && !job.Final(outErr) &&
 			r.Clock.Since(job.FinishedAt(j)) < outputRetry {
 			// Asked again on the next pass; past outputRetry the attempt
 			// fails for want of its output.
@@ -219,7 +219,7 @@ func (r *FabricReconciler) judgeClique(ctx context.Context, spec *gpuhealthv1alp
 			}
 		}
 	}
-	v := suite.Judge(parser, res == gpuhealthv1alpha1.JobSucceeded, msg, text, outErr, labels)
+	v := suite.Judge(parser, res == gpuhealthv1alpha1.JobSucceeded, msg, text, job.CutNote(total), outErr, labels)
 	why := v.Message
 	for _, m := range v.Measurements {
 		if m.Name == "busBandwidth" {

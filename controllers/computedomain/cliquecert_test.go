@@ -117,13 +117,13 @@ type fakeOutputs struct {
 	out map[string][]byte
 }
 
-func (f *fakeOutputs) Output(_ context.Context, _, name string) ([]byte, error) {
+func (f *fakeOutputs) Output(_ context.Context, _, name string) ([]byte, int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if b, ok := f.out[name]; ok {
-		return b, nil
+		return b, int64(len(b)), nil
 	}
-	return nil, fmt.Errorf("job %s: %w", name, job.ErrNoOutput)
+	return nil, 0, fmt.Errorf("job %s: %w", name, job.ErrNoOutput)
 }
 
 func ncclReport(busbw float64) []byte {

@@ -27,15 +27,15 @@ type fakeOutputs struct {
 	reads int
 }
 
-func (f *fakeOutputs) Output(_ context.Context, _, name string) ([]byte, error) {
+func (f *fakeOutputs) Output(_ context.Context, _, name string) ([]byte, int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
 	b, ok := f.out[name]
 	if !ok {
-		return nil, fmt.Errorf("job %s: %w", name, job.ErrNoOutput)
+		return nil, 0, fmt.Errorf("job %s: %w", name, job.ErrNoOutput)
 	}
-	return b, nil
+	return b, int64(len(b)), nil
 }
 
 func (f *fakeOutputs) set(name string, b []byte) {

@@ -1,7 +1,6 @@
 package nodehealth
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -27,8 +26,11 @@ const outputRetry = 5 * time.Minute
 // jobOutput is what a finished step Job printed, as observe read it.
 type jobOutput struct {
 	text []byte
-	// err wraps job.ErrNoOutput when the output is gone for good; any
-	// other error is retried.
+	// total is how many bytes the Job printed (text is its end when that
+	// is more than job.OutputLimit).
+	total int64
+	// err is final (job.Final) when the output is gone for good or too
+	// long to read; any other error is retried.
 	err error
 }
 
@@ -117,13 +119,14 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 			return false, false, ""
 		}
 		var text []byte
+		var cut string
 		var outErr error
 		if parserOf(step) != gpuhealthv1alpha1.ParserExitCode {
 			out, ok := o.outputs[want.Name]
 			if !ok {
 				out = jobOutput{err: fmt.Errorf("the output of job %s/%s was not read", live.Namespace, live.Name)}
 			}
-			if out.err != nil && !errors.Is(out.err, job.ErrNoOutput) && o.now.Sub(job.FinishedAt(live)) < outputRetry {
+			if out.err != nil && !job.Final(out.err) && o.now.Sub(job.FinishedAt(live)) < outputRetry {
 				// Worth another try: the apiserver or kubelet may answer
 				// next time. Past outputRetry the step is judged without
 				// its output (and fails, saying why).
@@ -131,9 +134,9 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 				d.p.err = out.err
 				return false, false, ""
 			}
-			text, outErr = out.text, out.err
+			text, cut, outErr = out.text, job.CutNote(out.total), out.err
 		}
-		v := suite.Judge(step.Parser, result == gpuhealthv1alpha1.JobSucceeded, msg, text, outErr, o.node.Labels)
+		v := suite.Judge(step.Parser, result == gpuhealthv1alpha1.JobSucceeded, msg, text, cut, outErr, o.node.Labels)
 		sr.CompletedAt = &o.now
 		sr.Duration = &metav1.Duration{Duration: o.now.Sub(sr.StartedAt.Time).Round(time.Second)}
 		sr.Message, sr.Measurements = gpuhealthv1alpha1.Truncate(v.Message, 512), v.Measurements

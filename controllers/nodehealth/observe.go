@@ -247,8 +247,8 @@ func (r *Reconciler) readOutputs(ctx context.Context, o *observation) map[string
 			out[name] = jobOutput{err: fmt.Errorf("the operator reads no job output: %w", job.ErrNoOutput)}
 			continue
 		}
-		text, err := r.Outputs.Output(ctx, o.namespace, name)
-		out[name] = jobOutput{text: text, err: err}
+		text, total, err := r.Outputs.Output(ctx, o.namespace, name)
+		out[name] = jobOutput{text: text, total: total, err: err}
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"time"
 
@@ -19,20 +20,45 @@ import (
 // rule reads pods everywhere (remediation/drain/rbac.go).
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get,namespace=gpuhealth-system
 
-// OutputLimit bounds how much of a Job's output is read: a DCGM level 4
-// JSON report or an nccl-tests report is far smaller.
+// OutputLimit is how much of a Job's output is kept and judged: all of it
+// when shorter, else its last OutputLimit bytes. A DCGM level 4 JSON report
+// or an nccl-tests report is far smaller; a chatty run (NCCL_DEBUG=INFO)
+// can print more, and nccl-tests prints its table and its "Out of bounds"
+// line last, so the end is what is kept.
 const OutputLimit = 4 << 20
+
+// OutputReadLimit is how much of a Job's log is read at most, to find its
+// end: a log longer than that is not judged (ErrOutputTooLong).
+const OutputReadLimit = 64 << 20
 
 // ErrNoOutput says a finished Job's output can no longer be read: its pod
 // is gone, or the kubelet has no log for it.
 var ErrNoOutput = errors.New("no output: the job's pod or its log is gone")
 
+// ErrOutputTooLong says a Job printed more than OutputReadLimit: it is not
+// read to its end, and is final (reading again will not shorten it).
+var ErrOutputTooLong = fmt.Errorf("the job printed more than the %d MiB the operator reads", OutputReadLimit>>20)
+
+// Final says whether an error of Output is final (ErrNoOutput,
+// ErrOutputTooLong); any other is worth retrying.
+func Final(err error) bool { return errors.Is(err, ErrNoOutput) || errors.Is(err, ErrOutputTooLong) }
+
+// CutNote says that output of total bytes was cut to its last OutputLimit
+// bytes, naming the limit; empty when total is within it.
+func CutNote(total int64) string {
+	if total <= OutputLimit {
+		return ""
+	}
+	return fmt.Sprintf("the job printed %d bytes, over the %d MiB the operator keeps: only its last %d MiB was judged", total, OutputLimit>>20, OutputLimit>>20)
+}
+
 // OutputReader reads what a finished Job's pod printed.
 type OutputReader interface {
 	// Output returns the output of the Job's pod (of completion index 0 for
-	// an Indexed Job). An error wrapping ErrNoOutput is final; any other is
-	// worth retrying.
-	Output(ctx context.Context, namespace, job string) ([]byte, error)
+	// an Indexed Job): all of it, or its last OutputLimit bytes, and how
+	// many bytes it printed in all (see CutNote). An error that is Final
+	// will not go away; any other is worth retrying.
+	Output(ctx context.Context, namespace, job string) (text []byte, total int64, err error)
 }
 
 // LogReader reads Job output from the pod's log through the apiserver.
@@ -40,25 +66,63 @@ type LogReader struct {
 	Clientset kubernetes.Interface
 }
 
-// Output implements OutputReader.
-func (r LogReader) Output(ctx context.Context, namespace, job string) ([]byte, error) {
+// Output implements OutputReader: the log is streamed, keeping its end.
+func (r LogReader) Output(ctx context.Context, namespace, job string) ([]byte, int64, error) {
 	pods, err := r.Clientset.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job})
 	if err != nil {
-		return nil, fmt.Errorf("listing pods of job %s/%s: %w", namespace, job, err)
+		return nil, 0, fmt.Errorf("listing pods of job %s/%s: %w", namespace, job, err)
 	}
 	pod := outputPod(pods.Items)
 	if pod == nil {
-		return nil, fmt.Errorf("job %s/%s: %w", namespace, job, ErrNoOutput)
+		return nil, 0, fmt.Errorf("job %s/%s: %w", namespace, job, ErrNoOutput)
 	}
-	opts := &corev1.PodLogOptions{Container: pod.Spec.Containers[0].Name, LimitBytes: ptr.To[int64](OutputLimit)}
-	out, err := r.Clientset.CoreV1().Pods(namespace).GetLogs(pod.Name, opts).DoRaw(ctx)
+	opts := &corev1.PodLogOptions{Container: pod.Spec.Containers[0].Name, LimitBytes: ptr.To[int64](OutputReadLimit + 1)}
+	stream, err := r.Clientset.CoreV1().Pods(namespace).GetLogs(pod.Name, opts).Stream(ctx)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("log of pod %s/%s: %w", namespace, pod.Name, ErrNoOutput)
+			return nil, 0, fmt.Errorf("log of pod %s/%s: %w", namespace, pod.Name, ErrNoOutput)
 		}
-		return nil, fmt.Errorf("reading log of pod %s/%s: %w", namespace, pod.Name, err)
+		return nil, 0, fmt.Errorf("reading log of pod %s/%s: %w", namespace, pod.Name, err)
 	}
-	return out, nil
+	defer func() { _ = stream.Close() }()
+	text, total, err := readTail(stream, OutputLimit, OutputReadLimit)
+	if err != nil {
+		return nil, total, fmt.Errorf("reading log of pod %s/%s: %w", namespace, pod.Name, err)
+	}
+	return text, total, nil
+}
+
+// readTail reads r to its end and returns its last keep bytes and how many
+// it read; past limit bytes it stops with ErrOutputTooLong.
+func readTail(r io.Reader, keep, limit int64) ([]byte, int64, error) {
+	// Twice keep, shifted down when full: each byte is copied at most once
+	// more, and the last keep bytes are always in one piece.
+	buf := make([]byte, 0, min(2*keep, 64<<10))
+	var total int64
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 {
+			total += int64(n)
+			if total > limit {
+				return nil, total, ErrOutputTooLong
+			}
+			buf = append(buf, chunk[:n]...)
+			if int64(len(buf)) >= 2*keep {
+				buf = append(buf[:0], buf[int64(len(buf))-keep:]...)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, total, err
+		}
+	}
+	if int64(len(buf)) > keep {
+		buf = buf[int64(len(buf))-keep:]
+	}
+	return buf, total, nil
 }
 
 // outputPod picks the pod whose output judges the Job: completion index 0

@@ -34,7 +34,7 @@ func FuzzParseNCCLTests(f *testing.F) {
 		if last.BusBW < 0 || last.Size < 0 {
 			t.Fatalf("negative values: %+v", last)
 		}
-		v := Judge(gpuhealthv1alpha1.ResultParser{Type: gpuhealthv1alpha1.ParserNCCLTests}, true, "", out, nil, nil)
+		v := Judge(gpuhealthv1alpha1.ResultParser{Type: gpuhealthv1alpha1.ParserNCCLTests}, true, "", out, "", nil, nil)
 		if v.Passed {
 			t.Fatal("passed without a threshold")
 		}
@@ -50,7 +50,7 @@ func FuzzParseDCGMDiag(f *testing.F) {
 		if err != nil {
 			return
 		}
-		v := Judge(gpuhealthv1alpha1.ResultParser{Type: gpuhealthv1alpha1.ParserDCGMDiag}, true, "", out, nil, nil)
+		v := Judge(gpuhealthv1alpha1.ResultParser{Type: gpuhealthv1alpha1.ParserDCGMDiag}, true, "", out, "", nil, nil)
 		if len(r.Failures) > 0 && v.Passed {
 			t.Fatalf("passed with failures %v", r.Failures)
 		}

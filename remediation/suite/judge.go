@@ -23,9 +23,19 @@ type Verdict struct {
 
 // Judge judges a finished step. jobSucceeded and jobMessage are the Job's
 // result; output is what its pod printed, or outputErr why it could not be
-// read (nil for exit-code steps, which need no output); labels are the
+// read (nil for exit-code steps, which need no output); cut, when not
+// empty, says the output is only the end of what was printed and names the
+// limit (job.CutNote), and the verdict's message says so; labels are the
 // node's, for the GPU product's threshold.
-func Judge(p gpuhealthv1alpha1.ResultParser, jobSucceeded bool, jobMessage string, output []byte, outputErr error, labels map[string]string) Verdict {
+func Judge(p gpuhealthv1alpha1.ResultParser, jobSucceeded bool, jobMessage string, output []byte, cut string, outputErr error, labels map[string]string) Verdict {
+	v := judge(p, jobSucceeded, jobMessage, output, outputErr, labels)
+	if cut != "" && outputErr == nil && p.Type != "" && p.Type != gpuhealthv1alpha1.ParserExitCode {
+		v.Message += " (" + cut + ")"
+	}
+	return v
+}
+
+func judge(p gpuhealthv1alpha1.ResultParser, jobSucceeded bool, jobMessage string, output []byte, outputErr error, labels map[string]string) Verdict {
 	switch p.Type {
 	case "", gpuhealthv1alpha1.ParserExitCode:
 		if jobSucceeded {

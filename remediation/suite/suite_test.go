@@ -190,7 +190,7 @@ func TestJudge(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			v := Judge(tc.p, tc.succeeded, "job failed: exit 3", tc.out, tc.outErr, tc.labels)
+			v := Judge(tc.p, tc.succeeded, "job failed: exit 3", tc.out, "", tc.outErr, tc.labels)
 			g.Expect(v.Passed).To(Equal(tc.passed), v.Message)
 			g.Expect(v.Message).To(ContainSubstring(tc.message))
 		})
