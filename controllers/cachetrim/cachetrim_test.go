@@ -276,7 +276,7 @@ func TestPatchesFromTrimmedNodesKeepWhatTheCacheDropped(t *testing.T) {
 	taint := &corev1.Taint{Key: "gpuhealth.dev/quarantined", Effect: corev1.TaintEffectNoSchedule}
 	g.Expect(nodepkg.Quarantine(ctx, w, node, true, taint, "Quarantined")).To(Succeed())
 	node = cached(t, c, node, &corev1.Node{})
-	g.Expect(nodepkg.SetGPUHealthy(ctx, w, node, false, "XID79", "GPU fell off the bus", metav1.Now())).To(Succeed())
+	g.Expect(nodepkg.SetGPUHealthy(ctx, w, node, corev1.ConditionFalse, "XID79", "GPU fell off the bus", metav1.Now())).To(Succeed())
 	node = cached(t, c, node, &corev1.Node{})
 	_, err := nodepkg.TaintFabric(ctx, w, node, "c1.0", time.Now())
 	g.Expect(err).NotTo(HaveOccurred())

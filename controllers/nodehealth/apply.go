@@ -81,7 +81,7 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan, t *tick
 			if err := nodepkg.Quarantine(ctx, r.Client, n, policyCordons(o.policy), taint, phaseLabel(o.policy, p.status.Phase)); err != nil {
 				return err
 			}
-			return nodepkg.SetGPUHealthy(ctx, r.Client, n, false, p.nodeReason, gpuhealthv1alpha1.Truncate(p.nodeMessage, 1024), o.now)
+			return nodepkg.SetGPUHealthy(ctx, r.Client, n, corev1.ConditionFalse, p.nodeReason, gpuhealthv1alpha1.Truncate(p.nodeMessage, 1024), o.now)
 		})
 		if err != nil {
 			return err
@@ -91,7 +91,15 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan, t *tick
 			if err := nodepkg.HoldUncertified(ctx, r.Client, n, phaseLabel(o.policy, p.status.Phase)); err != nil {
 				return err
 			}
-			return nodepkg.SetGPUHealthy(ctx, r.Client, n, false, p.nodeReason, gpuhealthv1alpha1.Truncate(p.nodeMessage, 1024), o.now)
+			return nodepkg.SetGPUHealthy(ctx, r.Client, n, corev1.ConditionFalse, p.nodeReason, gpuhealthv1alpha1.Truncate(p.nodeMessage, 1024), o.now)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if p.node == nodeHeld {
+		err := r.writeNode(o, func(n *corev1.Node) error {
+			return nodepkg.SetGPUHealthy(ctx, r.Client, n, corev1.ConditionUnknown, p.nodeReason, gpuhealthv1alpha1.Truncate(p.nodeMessage, 1024), o.now)
 		})
 		if err != nil {
 			return err
@@ -161,7 +169,7 @@ func (r *Reconciler) applyAfterWrite(ctx context.Context, o *observation, p *pla
 		if _, err := nodepkg.ReleaseUncertified(ctx, r.Client, n); err != nil {
 			return err
 		}
-		return nodepkg.SetGPUHealthy(ctx, r.Client, n, true, p.nodeReason, p.nodeMessage, o.now)
+		return nodepkg.SetGPUHealthy(ctx, r.Client, n, corev1.ConditionTrue, p.nodeReason, p.nodeMessage, o.now)
 	})
 }
 

@@ -1,6 +1,7 @@
 package nodehealth
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -466,10 +467,31 @@ func TestCircuitBreaker(t *testing.T) {
 	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonCircuitBreakerOpen))
 	h.g.Expect(nh.Status.Message).To(ContainSubstring("2 nodes entered quarantine within 10m0s (limit 2)"))
 	h.g.Expect(h.getNode(names[2]).Spec.Unschedulable).To(BeFalse())
+	// The Node does not say it is healthy: GPUHealthy is Unknown, held,
+	// naming the finding and what holds it, with one Event on the node.
+	cond := gpuHealthyCondition(h.getNode(names[2]))
+	h.g.Expect(cond).NotTo(BeNil())
+	h.g.Expect(cond.Status).To(Equal(corev1.ConditionUnknown))
+	h.g.Expect(cond.Reason).To(Equal(gpuhealthv1alpha1.ReasonQuarantineHeld))
+	h.g.Expect(cond.Message).To(And(ContainSubstring("circuit breaker"), ContainSubstring("XID 79")))
+	var seen []string
+	held := func() (n int) {
+		seen = append(seen, h.events()...)
+		for _, e := range seen {
+			if strings.HasPrefix(e, "Warning "+gpuhealthv1alpha1.ReasonQuarantineHeld) {
+				n++
+			}
+		}
+		return n
+	}
+	h.g.Expect(held()).To(Equal(1))
+	h.reconcile(names[2])
+	h.g.Expect(held()).To(Equal(1), "held on, not announced again")
 	got := h.syncPolicy(p.Name)
 	h.g.Expect(got.Status.CircuitBreaker.State).To(Equal(gpuhealthv1alpha1.BreakerOpen), "the policy status controller mirrors the breaker")
 	h.g.Expect(got.Status.CircuitBreaker.QuarantinesInWindow).To(BeEquivalentTo(2), "each quarantine counted once")
-	h.g.Expect(h.events()).To(ContainElement(HavePrefix("Warning "+gpuhealthv1alpha1.ReasonCircuitBreakerOpen+" circuit breaker")), "a Warning Event on the policy")
+	h.g.Expect(append(seen, h.events()...)).To(ContainElement(And(HavePrefix("Warning "+gpuhealthv1alpha1.ReasonCircuitBreakerOpen+" circuit breaker"),
+		HaveSuffix("holding 1 nodes from quarantine: "+names[2]))), "a Warning Event on the policy, naming the node it holds")
 
 	// Recoveries are never blocked: a quarantined node returns.
 	h.finishJob(h.jobName(job.Recertification, names[0], 1), true)

@@ -45,6 +45,13 @@ const (
 	// nodeUncertified keeps a certifying node tainted uncertified (not
 	// cordoned) and labelled with its phase, with GPUHealthy False.
 	nodeUncertified
+	// nodeHeld sets GPUHealthy Unknown, QuarantineHeld, and nothing else: a
+	// finding counts but the quarantine is held back. Unknown, not False,
+	// so that a tool that repairs or replaces nodes on GPUHealthy=False
+	// (Karpenter's node repair, a hand-off on the condition) does not act
+	// on a node gpuhealth deliberately left alone; not True, which would
+	// tell a scheduler the GPUs are fine.
+	nodeHeld
 )
 
 // plan is what decide wants, in five groups by who acts on it and when:
@@ -368,9 +375,7 @@ func (d *decider) healthy() {
 		}
 		// The reason of the transition into Healthy (Recertified,
 		// ManualRelease, …) stays until the next one.
-		if !d.dryRun() {
-			d.inService()
-		}
+		d.backInService()
 		return
 	}
 	reason, message := gpuhealthv1alpha1.ReasonFault, describe(counting)
@@ -384,6 +389,7 @@ func (d *decider) healthy() {
 		}
 		if !o.breaker.allowed {
 			d.statusReason(gpuhealthv1alpha1.ReasonCircuitBreakerOpen, "not quarantined: circuit breaker "+o.breaker.message+"; findings: "+message)
+			d.quarantineHeld("circuit breaker "+o.breaker.message, message)
 			d.wait(breakerRecheck)
 			return
 		}
@@ -391,6 +397,8 @@ func (d *decider) healthy() {
 	}
 	switch {
 	case d.dryRun():
+		// The DryRun Event below says it; the Node's condition says so too.
+		d.p.node, d.p.nodeReason, d.p.nodeMessage = nodeHeld, gpuhealthv1alpha1.ReasonQuarantineHeld, "not quarantined, the policy is a dry run; findings: "+message
 		reason, message = gpuhealthv1alpha1.ReasonDryRun, "dry run, would cordon and taint: "+message
 	case !fenced && fences(o.policy):
 		// Fence first: the first write after a quarantining finding is the
@@ -410,6 +418,36 @@ func (d *decider) healthy() {
 	}
 	if d.transition(fsm.Quarantine, reason, message, "") {
 		d.markObserved(counting)
+	}
+}
+
+// quarantineHeld says on the Node that a finding counts against it but its
+// quarantine is held back, and why: GPUHealthy Unknown, QuarantineHeld
+// (see nodeHeld), with one Event on the node when it starts being held.
+func (d *decider) quarantineHeld(why, findings string) {
+	d.p.node, d.p.nodeReason = nodeHeld, gpuhealthv1alpha1.ReasonQuarantineHeld
+	d.p.nodeMessage = "not quarantined, " + why + "; findings: " + findings
+	if c := gpuHealthyCondition(d.o.node); c == nil || c.Reason != gpuhealthv1alpha1.ReasonQuarantineHeld {
+		d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonQuarantineHeld, "Quarantine", "%s", d.p.nodeMessage)
+	}
+}
+
+// gpuHealthyCondition is the Node's GPUHealthy condition, nil when unset.
+func gpuHealthyCondition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == gpuhealthv1alpha1.GPUHealthyNodeCondition {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// backInService lifts what gpuhealth put on a node that is healthy again. A
+// dry run puts nothing on a node but a held GPUHealthy condition, which it
+// clears.
+func (d *decider) backInService() {
+	if c := gpuHealthyCondition(d.o.node); !d.dryRun() || c != nil && c.Reason == gpuhealthv1alpha1.ReasonQuarantineHeld {
+		d.inService()
 	}
 }
 
@@ -463,9 +501,7 @@ func (d *decider) closeFindings(e fsm.Event, reason, message, by string) {
 	for i := range d.p.judged {
 		d.p.judged[i].counts = false
 	}
-	if !d.dryRun() {
-		d.inService()
-	}
+	d.backInService()
 }
 
 // runningJobs names the node's Jobs that have not finished.

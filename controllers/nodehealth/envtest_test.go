@@ -337,15 +337,6 @@ func hasQuarantineTaint(n *corev1.Node) bool {
 	return false
 }
 
-func gpuHealthyCondition(n *corev1.Node) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == "GPUHealthy" {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 func jobTemplate() *gpuhealthv1alpha1.JobTemplate {
 	return &gpuhealthv1alpha1.JobTemplate{Image: "dcgm", Command: []string{"dcgmi", "diag", "-r", "2"}}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -206,6 +207,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	phases := map[gpuhealthv1alpha1.NodeHealthPhase]int32{}
 	var unavailable, waiting int32
+	// held are the nodes the open breaker keeps from quarantine.
+	var held []string
 	for i := range nhs.Items {
 		nh := &nhs.Items[i]
 		if !managed[nh.Name] {
@@ -220,7 +223,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if nh.Status.BlockingBudget == gpuhealthv1alpha1.BudgetMaxUnavailable {
 			waiting++
 		}
+		if nh.Status.Reason == gpuhealthv1alpha1.ReasonCircuitBreakerOpen && nh.Status.Phase == gpuhealthv1alpha1.PhaseHealthy {
+			held = append(held, nh.Name)
+		}
 	}
+	sort.Strings(held)
 	p.Status.ManagedNodes = int32(len(managed))
 	p.Status.Phases = phases
 	r.mirrorBreaker(p, len(managed), now)
@@ -241,7 +248,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	r.budgetEvent(before, p)
-	r.breakerEvent(before, p)
+	r.breakerEvent(before, p, held)
 	return ctrl.Result{RequeueAfter: breakerRecheck}, nil
 }
 
@@ -305,8 +312,10 @@ func (r *Reconciler) mirrorBreaker(p *gpuhealthv1alpha1.RemediationPolicy, manag
 }
 
 // breakerEvent publishes an Event on the policy when its written breaker
-// state changed: Warning when it opens, Normal when it closes.
-func (r *Reconciler) breakerEvent(before, p *gpuhealthv1alpha1.RemediationPolicy) {
+// state changed: Warning when it opens, Normal when it closes, naming the
+// nodes it holds back from quarantine (their findings count, their Nodes
+// say GPUHealthy Unknown, QuarantineHeld).
+func (r *Reconciler) breakerEvent(before, p *gpuhealthv1alpha1.RemediationPolicy, held []string) {
 	cb := p.Status.CircuitBreaker
 	if cb == nil || breakerState(before) == cb.State || breakerState(before) == "" && cb.State == gpuhealthv1alpha1.BreakerClosed {
 		return
@@ -315,7 +324,11 @@ func (r *Reconciler) breakerEvent(before, p *gpuhealthv1alpha1.RemediationPolicy
 	if cb.State == gpuhealthv1alpha1.BreakerOpen {
 		eventType = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(p, nil, eventType, gpuhealthv1alpha1.ReasonCircuitBreakerOpen, "CircuitBreaker", "circuit breaker %s", cb.Message)
+	note := "circuit breaker " + cb.Message
+	if len(held) > 0 {
+		note += fmt.Sprintf("; holding %d nodes from quarantine: %s", len(held), gpuhealthv1alpha1.FirstN(held, 10, ", "))
+	}
+	r.Recorder.Eventf(p, nil, eventType, gpuhealthv1alpha1.ReasonCircuitBreakerOpen, "CircuitBreaker", "%s", note)
 }
 
 // budgetEvent publishes one Event on the policy when nodes start waiting

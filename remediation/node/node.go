@@ -178,11 +178,7 @@ func Release(ctx context.Context, c client.Client, n *corev1.Node, taint *corev1
 
 // SetGPUHealthy sets the node's GPUHealthy condition, writing only when its
 // status, reason or message changes (the transition time moves only with the status).
-func SetGPUHealthy(ctx context.Context, c client.Client, n *corev1.Node, healthy bool, reason, message string, now metav1.Time) error {
-	status := corev1.ConditionFalse
-	if healthy {
-		status = corev1.ConditionTrue
-	}
+func SetGPUHealthy(ctx context.Context, c client.Client, n *corev1.Node, status corev1.ConditionStatus, reason, message string, now metav1.Time) error {
 	idx := slices.IndexFunc(n.Status.Conditions, func(x corev1.NodeCondition) bool { return x.Type == gpuhealthv1alpha1.GPUHealthyNodeCondition })
 	if idx >= 0 {
 		cur := n.Status.Conditions[idx]

@@ -205,7 +205,7 @@ func TestSetGPUHealthy(t *testing.T) {
 	n.Status.Conditions = []corev1.NodeCondition{ready}
 	g.Expect(k8sClient.Status().Update(ctx, n)).To(Succeed())
 
-	g.Expect(node.SetGPUHealthy(ctx, k8sClient, n, false, "XID", "XID 79 on GPU 3", t0)).To(Succeed())
+	g.Expect(node.SetGPUHealthy(ctx, k8sClient, n, corev1.ConditionFalse, "XID", "XID 79 on GPU 3", t0)).To(Succeed())
 	live := get(g, n.Name)
 	c := condition(g, live)
 	g.Expect(c.Status).To(Equal(corev1.ConditionFalse))
@@ -214,23 +214,23 @@ func TestSetGPUHealthy(t *testing.T) {
 		"the kubelet's conditions stay")
 
 	writesNothing(g, n.Name, "the same condition again", func(c client.Client) error {
-		return node.SetGPUHealthy(ctx, c, live, false, "XID", "XID 79 on GPU 3", t1)
+		return node.SetGPUHealthy(ctx, c, live, corev1.ConditionFalse, "XID", "XID 79 on GPU 3", t1)
 	})
 
-	g.Expect(node.SetGPUHealthy(ctx, k8sClient, live, false, "XID", "XID 79 on GPUs 3 and 5", t1)).To(Succeed())
+	g.Expect(node.SetGPUHealthy(ctx, k8sClient, live, corev1.ConditionFalse, "XID", "XID 79 on GPUs 3 and 5", t1)).To(Succeed())
 	c = condition(g, get(g, n.Name))
 	g.Expect(c.Message).To(Equal("XID 79 on GPUs 3 and 5"))
 	g.Expect(c.LastTransitionTime.Time).To(BeTemporally("==", t0.Time), "only the message changed: no transition")
 	g.Expect(c.LastHeartbeatTime.Time).To(BeTemporally("==", t1.Time))
 
-	g.Expect(node.SetGPUHealthy(ctx, k8sClient, live, true, "Recertified", "", t2)).To(Succeed())
+	g.Expect(node.SetGPUHealthy(ctx, k8sClient, live, corev1.ConditionTrue, "Recertified", "", t2)).To(Succeed())
 	c = condition(g, get(g, n.Name))
 	g.Expect(c.Status).To(Equal(corev1.ConditionTrue))
 	g.Expect(c.LastTransitionTime.Time).To(BeTemporally("==", t2.Time), "the status changed: a transition")
 
 	// A node deleted under us is not an error: there is nothing to mark.
 	g.Expect(k8sClient.Delete(ctx, live)).To(Succeed())
-	g.Expect(node.SetGPUHealthy(ctx, k8sClient, live, false, "XID", "again", t2)).To(Succeed())
+	g.Expect(node.SetGPUHealthy(ctx, k8sClient, live, corev1.ConditionFalse, "XID", "again", t2)).To(Succeed())
 }
 
 func TestFabricTaint(t *testing.T) {
@@ -311,7 +311,7 @@ var writers = []writer{
 	{
 		name: "SetGPUHealthy", prefix: "setting condition GPUHealthy on node",
 		write: func(ctx context.Context, c client.Client, n *corev1.Node) error {
-			return node.SetGPUHealthy(ctx, c, n, false, "XID", "XID 79", metav1.Now())
+			return node.SetGPUHealthy(ctx, c, n, corev1.ConditionFalse, "XID", "XID 79", metav1.Now())
 		},
 	},
 	{
