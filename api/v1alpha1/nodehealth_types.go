@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // RequestAction is a one-shot manual request a human makes on a NodeHealth.
@@ -504,6 +505,11 @@ type HandOffStatus struct {
 	// +kubebuilder:validation:MaxLength=512
 	Target string `json:"target,omitempty"`
 
+	// targetRef is the Machine or created object, whole: taking the
+	// hand-off back acts on exactly it, whatever the policy says by then.
+	// +optional
+	TargetRef *HandOffRef `json:"targetRef,omitempty"`
+
 	// message explains the hand-off or why it failed.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
@@ -514,6 +520,34 @@ type HandOffStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	TargetStatus string `json:"targetStatus,omitempty"`
+}
+
+// HandOffRef names one object a hand-off acted on.
+type HandOffRef struct {
+	// apiVersion is the object's group and version.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	APIVersion string `json:"apiVersion"`
+
+	// kind is the object's kind.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+
+	// namespace is the object's namespace; empty for a cluster-scoped one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+
+	// name is the object's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// uid is the object's UID once it was seen: an object of the same
+	// name made later is another, and is left alone.
+	// +optional
+	UID types.UID `json:"uid,omitempty"`
 }
 
 // NodeHealthStatus is where the node stands, written by the operator.

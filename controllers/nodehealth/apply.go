@@ -223,20 +223,33 @@ func (r *Reconciler) applyWithdraw(ctx context.Context, o *observation, p *plan)
 		return nil
 	}
 	var err error
-	switch h.Type {
-	case gpuhealthv1alpha1.HandOffClusterAPI:
+	switch {
+	case h.TargetRef != nil:
+		// Exactly what was handed the node, whatever the policy says now.
+		want := handoff.FromRef(h.TargetRef)
+		if h.Type == gpuhealthv1alpha1.HandOffClusterAPI {
+			var m *unstructured.Unstructured
+			if m, err = handoff.Get(ctx, r.HandOff, want); err == nil && handoff.Same(h.TargetRef, m) {
+				err = handoff.Unannotate(ctx, r.HandOff, m)
+			}
+			break
+		}
+		err = handoff.DeleteOwned(ctx, r.HandOff, r.HandOff, want, o.nh.UID, h.TargetRef.UID)
+	// A hand-off recorded without its target whole (by an earlier
+	// operator) is found as the policy names it now.
+	case h.Type == gpuhealthv1alpha1.HandOffClusterAPI:
 		var m *unstructured.Unstructured
 		if m, err = handoff.GetMachine(ctx, r.HandOff, r.HandOff, o.node); err == nil {
 			err = handoff.Unannotate(ctx, r.HandOff, m)
 		}
-	case gpuhealthv1alpha1.HandOffTemplate:
+	case h.Type == gpuhealthv1alpha1.HandOffTemplate:
 		spec := o.policy.Spec.Remediation.HandOff
 		if spec == nil || spec.Template == nil {
 			return nil
 		}
 		var want *unstructured.Unstructured
 		if want, err = r.renderHandOff(o); err == nil {
-			err = handoff.DeleteOwned(ctx, r.HandOff, r.HandOff, want, o.nh.UID)
+			err = handoff.DeleteOwned(ctx, r.HandOff, r.HandOff, want, o.nh.UID, "")
 		}
 	}
 	if errors.Is(err, handoff.ErrPermanent) {

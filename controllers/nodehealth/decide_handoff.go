@@ -77,8 +77,12 @@ func (d *decider) handOffFailed() {
 		return
 	}
 	if hs := st.HandOff; hs != nil {
-		if t != nil && t.obj != nil {
+		if t != nil && t.obj != nil && (hs.TargetRef == nil || handoff.Same(hs.TargetRef, t.obj)) {
 			hs.TargetStatus = gpuhealthv1alpha1.Truncate(handoff.Summarize(t.obj), 1024)
+			if hs.TargetRef != nil && hs.TargetRef.UID == "" {
+				// Created after the write that recorded it: now it has one.
+				hs.TargetRef.UID = t.obj.GetUID()
+			}
 		}
 		if hs.State == gpuhealthv1alpha1.HandOffDone && spec.Type != gpuhealthv1alpha1.HandOffCondition {
 			d.wait(handOffRecheck)
@@ -114,14 +118,15 @@ func (d *decider) handOffFailed() {
 	case t.err != nil:
 		hs.State, hs.Message = gpuhealthv1alpha1.HandOffFailed, gpuhealthv1alpha1.Truncate(t.err.Error(), 1024)
 	case spec.Type == gpuhealthv1alpha1.HandOffClusterAPI:
-		hs.Target = handoff.Describe(t.obj)
+		hs.Target, hs.TargetRef = handoff.Describe(t.obj), handoff.Ref(t.obj)
 		hs.Message = "annotated " + handoff.RemediateMachineAnnotation + ": a MachineHealthCheck covering the Machine marks it unhealthy and its owner replaces it"
 		hs.TargetStatus = gpuhealthv1alpha1.Truncate(handoff.Summarize(t.obj), 1024)
 		d.p.handOff = t
 	default:
-		hs.Target = handoff.Describe(t.want)
+		hs.Target, hs.TargetRef = handoff.Describe(t.want), handoff.Ref(t.want)
 		hs.Message = "created from the policy's handOff.template"
 		if t.obj != nil {
+			hs.TargetRef.UID = t.obj.GetUID()
 			hs.Message = "found existing, as the policy's handOff.template names it"
 			hs.TargetStatus = gpuhealthv1alpha1.Truncate(handoff.Summarize(t.obj), 1024)
 		}

@@ -319,12 +319,26 @@ func TestTemplateHandOff(t *testing.T) {
 	h.g.Expect(rr.GetOwnerReferences()).To(HaveLen(1))
 	h.g.Expect(rr.GetOwnerReferences()[0].Kind).To(Equal("NodeHealth"))
 	h.g.Expect(rr.GetOwnerReferences()[0].UID).To(Equal(nh.UID))
+	// The target is recorded whole, its UID once it exists.
+	h.clock.Step(time.Minute)
+	h.reconcile(n.Name)
+	nh = h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.HandOff.TargetRef).To(Equal(&gpuhealthv1alpha1.HandOffRef{
+		APIVersion: repairGroup + "/v1", Kind: "RepairRequest", Namespace: h.label, Name: "repair-" + n.Name, UID: rr.GetUID(),
+	}))
+
+	// The policy's template changes while the node is handed off (another
+	// kind, which the install does not even allow): taking the hand-off
+	// back still deletes exactly the RepairRequest it made.
+	h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+	p.Spec.Remediation.HandOff.Template = repairTemplate("RepairTicket", h.label)
+	h.g.Expect(k8sClient.Update(h.ctx, p)).To(Succeed())
 
 	nh.Spec.Request = &gpuhealthv1alpha1.ManualRequest{Action: gpuhealthv1alpha1.RequestRelease, ID: "replaced", Reason: "new tray"}
 	h.g.Expect(k8sClient.Update(h.ctx, nh)).To(Succeed())
 	h.reconcile(n.Name)
 	h.g.Expect(h.nodeHealth(n.Name).Status.Phase).To(Equal(healthy))
-	h.g.Expect(apierrors.IsNotFound(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(rr), rr.DeepCopy()))).To(BeTrue(), "taken back on return")
+	h.g.Expect(apierrors.IsNotFound(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(rr), rr.DeepCopy()))).To(BeTrue(), "taken back on return, by what was recorded")
 }
 
 // TestTemplateHandOffRefused: a template the install does not allow, or

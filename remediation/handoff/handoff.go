@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strings"
 
+	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -161,12 +163,38 @@ func Unannotate(ctx context.Context, c client.Client, m *unstructured.Unstructur
 	return nil
 }
 
-// DeleteOwned deletes the object a rendered template names when owner
-// owns it (one a human made is left alone). Idempotent.
-func DeleteOwned(ctx context.Context, c client.Client, r client.Reader, want *unstructured.Unstructured, owner types.UID) error {
+// Ref names u whole for a status (its UID once it has one).
+func Ref(u *unstructured.Unstructured) *gpuhealthv1alpha1.HandOffRef {
+	return &gpuhealthv1alpha1.HandOffRef{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID()}
+}
+
+// FromRef is an object of ref's kind, namespace and name, to read by.
+func FromRef(ref *gpuhealthv1alpha1.HandOffRef) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(ref.APIVersion)
+	u.SetKind(ref.Kind)
+	u.SetNamespace(ref.Namespace)
+	u.SetName(ref.Name)
+	return u
+}
+
+// Same says whether u is the object ref names: the same kind, namespace
+// and name, and the same UID where ref has one.
+func Same(ref *gpuhealthv1alpha1.HandOffRef, u *unstructured.Unstructured) bool {
+	return ref != nil && u != nil && ref.Kind == u.GetKind() && ref.Namespace == u.GetNamespace() && ref.Name == u.GetName() &&
+		u.GroupVersionKind().Group == FromRef(ref).GroupVersionKind().Group && (ref.UID == "" || ref.UID == u.GetUID())
+}
+
+// DeleteOwned deletes the object want names when owner owns it (one a
+// human made is left alone) and, when uid is set, it is that very object
+// (one made later under the same name is another). Idempotent.
+func DeleteOwned(ctx context.Context, c client.Client, r client.Reader, want *unstructured.Unstructured, owner, uid types.UID) error {
 	got, err := Get(ctx, r, want)
 	if err != nil || got == nil {
 		return err
+	}
+	if uid != "" && got.GetUID() != uid {
+		return nil
 	}
 	for _, ref := range got.GetOwnerReferences() {
 		if ref.UID == owner {
