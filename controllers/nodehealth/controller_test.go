@@ -747,7 +747,7 @@ func TestFenceFirst(t *testing.T) {
 	h.g.Expect(res.RequeueAfter).To(BeNumerically(">", 0))
 	node := h.getNode(n.Name)
 	h.g.Expect(hasQuarantineTaint(node)).To(BeTrue())
-	h.g.Expect(node.Annotations[nodepkg.AppliedAnnotation]).To(Equal("taint"), "the cordon was the human's")
+	h.g.Expect(node.Annotations[nodepkg.AppliedAnnotation]).To(Equal("taint="+quarantineTaint+":NoSchedule"), "the cordon was the human's")
 	h.g.Expect(h.phase(n.Name)).To(Equal(healthy), "no bookkeeping yet")
 	got := &gpuhealthv1alpha1.NodeHealthEvent{}
 	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: ev.Name}, got)).To(Succeed())
@@ -760,4 +760,17 @@ func TestFenceFirst(t *testing.T) {
 	h.g.Expect(nh.Status.PreexistingCordon).To(BeTrue(), "known from the applied annotation across passes")
 	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: ev.Name}, got)).To(Succeed())
 	h.g.Expect(got.Status.Phase).To(Equal(gpuhealthv1alpha1.EventActive))
+
+	// The human lifts the cordon that was there before: the node goes back
+	// in service (as when gpuhealth's own is lifted), and the cordon is not
+	// put back as gpuhealth's.
+	h.humanUncordon(n.Name)
+	h.reconcile(n.Name)
+	nh = h.nodeHealth(n.Name)
+	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
+	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonHumanUncordon))
+	node = h.getNode(n.Name)
+	h.g.Expect(node.Spec.Unschedulable).To(BeFalse(), "not cordoned again")
+	h.g.Expect(node.Annotations).NotTo(HaveKey(nodepkg.AppliedAnnotation))
+	h.g.Expect(hasQuarantineTaint(node)).To(BeFalse())
 }

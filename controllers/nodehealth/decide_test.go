@@ -75,7 +75,7 @@ func finding(mutate ...func(*gpuhealthv1alpha1.NodeHealthEvent)) func(*observati
 func fenced(o *observation) {
 	o.node.Spec.Unschedulable = true
 	o.node.Spec.Taints = []corev1.Taint{{Key: quarantineTaint, Effect: corev1.TaintEffectNoSchedule}}
-	o.node.Annotations = map[string]string{nodepkg.AppliedAnnotation: "cordon,taint"}
+	o.node.Annotations = map[string]string{nodepkg.AppliedAnnotation: "cordon,taint=gpuhealth.dev/quarantined:NoSchedule"}
 }
 
 func breakerOpen(o *observation) { o.breaker = &breakerView{allowed: false, message: "open: test"} }

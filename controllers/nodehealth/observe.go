@@ -179,7 +179,7 @@ func (r *Reconciler) observe(ctx context.Context, name string) (*observation, er
 	for i := range jobs.Items {
 		o.jobs[jobs.Items[i].Name] = &jobs.Items[i]
 	}
-	if nodepkg.HumanUncordoned(node) {
+	if nodepkg.HumanUncordoned(node) || preexistingCordonLifted(o) {
 		o.uncordonedBy = nodepkg.UncordonedBy(node, FieldManager)
 	}
 	return o, r.observeInputs(ctx, o, inputsFor(o))
@@ -261,4 +261,14 @@ func (r *Reconciler) policyFor(ctx context.Context, node *corev1.Node) (*gpuheal
 		return nil, fmt.Errorf("listing remediation policies: %w", err)
 	}
 	return gpuhealthv1alpha1.ManagingPolicy(list.Items, node.Labels), nil
+}
+
+// preexistingCordonLifted says whether someone lifted the cordon that was
+// on the node before gpuhealth took it out of service (gpuhealth's
+// cordoning policy found it there, so it is the cordon the node is out of
+// service under): as with gpuhealth's own, that is a human putting the node
+// back in service, not a cordon for gpuhealth to put back and own.
+func preexistingCordonLifted(o *observation) bool {
+	return o.nh.Status.PreexistingCordon && !o.node.Spec.Unschedulable && policyCordons(o.policy) &&
+		!nodepkg.AppliedOn(o.node).Cordon
 }

@@ -23,9 +23,13 @@ import (
 
 const (
 	// AppliedAnnotation records on the Node what gpuhealth added, as a
-	// comma-separated subset of "cordon" and "taint". It is written in the same
-	// patch as the cordon and the taint, so after a crash the operator still
-	// knows which cordon is its own: a cordon without it was there before.
+	// comma-separated list of "cordon" and "taint=<key>:<effect>" (one per
+	// taint it added). It is written in the same patch as the cordon and
+	// the taint, so after a crash the operator still knows which cordon and
+	// which taints are its own: what it does not list was there before, and
+	// Release removes exactly what it lists, whatever the policy's taint is
+	// by then. (A bare "taint", written by earlier operators, stands for
+	// the policy's taint.)
 	AppliedAnnotation = "gpuhealth.dev/applied"
 	// PhaseLabel mirrors NodeHealth.status.phase on the Node while it is out of service.
 	PhaseLabel = "gpuhealth.dev/phase"
@@ -37,7 +41,11 @@ const (
 // Applied is what gpuhealth added to a node.
 type Applied struct {
 	Cordon bool
-	Taint  bool
+	// Taints are the taints it added, by key and effect.
+	Taints []corev1.Taint
+	// PolicyTaint: an earlier operator's record of "the policy's taint",
+	// without saying which.
+	PolicyTaint bool
 }
 
 // AppliedOn reads what gpuhealth added to the node.
@@ -46,8 +54,20 @@ func AppliedOn(n *corev1.Node) Applied {
 	if !ok {
 		return Applied{}
 	}
-	parts := strings.Split(v, ",")
-	return Applied{Cordon: slices.Contains(parts, appliedCordon), Taint: slices.Contains(parts, appliedTaint)}
+	var a Applied
+	for part := range strings.SplitSeq(v, ",") {
+		switch key, t, isTaint := strings.Cut(part, "="); {
+		case part == appliedCordon:
+			a.Cordon = true
+		case part == appliedTaint:
+			a.PolicyTaint = true
+		case isTaint && key == appliedTaint:
+			if i := strings.LastIndexByte(t, ':'); i > 0 {
+				a.Taints = append(a.Taints, corev1.Taint{Key: t[:i], Effect: corev1.TaintEffect(t[i+1:])})
+			}
+		}
+	}
+	return a
 }
 
 func (a Applied) String() string {
@@ -55,14 +75,24 @@ func (a Applied) String() string {
 	if a.Cordon {
 		parts = append(parts, appliedCordon)
 	}
-	if a.Taint {
+	if a.PolicyTaint {
 		parts = append(parts, appliedTaint)
+	}
+	for _, t := range a.Taints {
+		parts = append(parts, appliedTaint+"="+t.Key+":"+string(t.Effect))
 	}
 	return strings.Join(parts, ",")
 }
 
 // Any says whether gpuhealth added anything.
-func (a Applied) Any() bool { return a.Cordon || a.Taint }
+func (a Applied) Any() bool { return a.Cordon || a.PolicyTaint || len(a.Taints) > 0 }
+
+// owns says whether gpuhealth added taint t (by key and effect); policy is
+// the policy's taint, which an earlier operator's bare record stands for.
+func (a Applied) owns(t, policy *corev1.Taint) bool {
+	same := func(x corev1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect }
+	return slices.ContainsFunc(a.Taints, same) || a.PolicyTaint && policy != nil && same(*policy)
+}
 
 // HumanUncordoned says whether someone lifted the cordon gpuhealth put on the node.
 func HumanUncordoned(n *corev1.Node) bool {
@@ -93,7 +123,7 @@ func PreexistingOn(n *corev1.Node, taint *corev1.Taint) Preexisting {
 	applied := AppliedOn(n)
 	var pre Preexisting
 	pre.Cordon = n.Spec.Unschedulable && !applied.Cordon
-	if taint != nil && !applied.Taint {
+	if taint != nil && !applied.owns(taint, taint) {
 		for _, t := range n.Spec.Taints {
 			if t.Key == taint.Key && t.Effect == taint.Effect {
 				pre.Taints = append(pre.Taints, t)
@@ -119,7 +149,7 @@ func Quarantine(ctx context.Context, c client.Client, n *corev1.Node, cordon boo
 	if taint != nil && !hasTaint(n, taint) {
 		t := *taint
 		n.Spec.Taints = append(n.Spec.Taints, t)
-		after.Taint = true
+		after.Taints = append(after.Taints, corev1.Taint{Key: t.Key, Effect: t.Effect})
 	}
 	if n.Annotations == nil {
 		n.Annotations = map[string]string{}
@@ -155,7 +185,9 @@ func setLabel(n *corev1.Node, phase string) {
 }
 
 // Release lifts exactly what gpuhealth added (per AppliedAnnotation) and the
-// phase label. A cordon or taint that was there before stays.
+// phase label: the taints it recorded, whatever the policy's taint is now
+// (taint is the policy's, which only an earlier operator's bare record
+// stands for). A cordon or taint that was there before stays.
 func Release(ctx context.Context, c client.Client, n *corev1.Node, taint *corev1.Taint) error {
 	if _, ok := n.Annotations[AppliedAnnotation]; !ok && !hasLabel(n) {
 		return nil
@@ -165,9 +197,7 @@ func Release(ctx context.Context, c client.Client, n *corev1.Node, taint *corev1
 	if applied.Cordon {
 		n.Spec.Unschedulable = false
 	}
-	if applied.Taint && taint != nil {
-		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == taint.Key && x.Effect == taint.Effect })
-	}
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return applied.owns(&x, taint) })
 	delete(n.Annotations, AppliedAnnotation)
 	setLabel(n, "")
 	if err := c.Patch(ctx, n, patch); err != nil {

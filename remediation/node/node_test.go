@@ -27,10 +27,13 @@ func TestAppliedAndPreexisting(t *testing.T) {
 	}{
 		{name: "a fresh node has nothing of ours or anyone's", node: node(false, "-")},
 		{name: "a human's cordon is preexisting", node: node(true, "-"), wantPreCordon: true},
-		{name: "our cordon is not preexisting", node: node(true, "cordon,taint", *taint), wantApplied: Applied{Cordon: true, Taint: true}},
+		{name: "our cordon is not preexisting", node: node(true, "cordon,taint=gpuhealth.dev/quarantined:NoSchedule", *taint), wantApplied: Applied{Cordon: true, Taints: []corev1.Taint{*taint}}},
+		{name: "an earlier operator's bare taint record stands for the policy's taint", node: node(true, "cordon,taint", *taint), wantApplied: Applied{Cordon: true, PolicyTaint: true}},
+		{name: "a taint the node had before, under a key we once added another effect of", node: node(false, "taint=gpuhealth.dev/quarantined:NoExecute", *taint),
+			wantApplied: Applied{Taints: []corev1.Taint{{Key: "gpuhealth.dev/quarantined", Effect: corev1.TaintEffectNoExecute}}}, wantPreTaints: 1},
 		{name: "a human's identical taint is preexisting", node: node(false, "cordon", *taint), wantApplied: Applied{Cordon: true}, wantPreTaints: 1, wantUncordoned: true},
-		{name: "a human uncordoned our cordon", node: node(false, "cordon,taint", *taint), wantApplied: Applied{Cordon: true, Taint: true}, wantUncordoned: true},
-		{name: "unknown words in the annotation are ignored", node: node(true, "taint,reboot", *taint), wantApplied: Applied{Taint: true}, wantPreCordon: true},
+		{name: "a human uncordoned our cordon", node: node(false, "cordon,taint=gpuhealth.dev/quarantined:NoSchedule", *taint), wantApplied: Applied{Cordon: true, Taints: []corev1.Taint{*taint}}, wantUncordoned: true},
+		{name: "unknown words in the annotation are ignored", node: node(true, "taint=gpuhealth.dev/quarantined:NoSchedule,reboot,taint=nocolon", *taint), wantApplied: Applied{Taints: []corev1.Taint{*taint}}, wantPreCordon: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,5 +45,7 @@ func TestAppliedAndPreexisting(t *testing.T) {
 			g.Expect(HumanUncordoned(tc.node)).To(Equal(tc.wantUncordoned))
 		})
 	}
-	NewWithT(t).Expect(Applied{Cordon: true, Taint: true}.String()).To(Equal("cordon,taint"))
+	a := Applied{Cordon: true, Taints: []corev1.Taint{*taint, {Key: "example.com/old", Effect: corev1.TaintEffectNoExecute}}}
+	NewWithT(t).Expect(a.String()).To(Equal("cordon,taint=gpuhealth.dev/quarantined:NoSchedule,taint=example.com/old:NoExecute"))
+	NewWithT(t).Expect(AppliedOn(node(true, a.String()))).To(Equal(a), "what is written reads back")
 }

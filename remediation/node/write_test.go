@@ -101,7 +101,7 @@ func TestQuarantineAndRelease(t *testing.T) {
 	live := get(g, n.Name)
 	g.Expect(live.Spec.Unschedulable).To(BeTrue())
 	g.Expect(live.Spec.Taints).To(ConsistOf(append(slices.Clone(created), *quarantineTaint)), "the cluster's taints stay")
-	g.Expect(live.Annotations).To(HaveKeyWithValue(node.AppliedAnnotation, "cordon,taint"))
+	g.Expect(live.Annotations).To(HaveKeyWithValue(node.AppliedAnnotation, "cordon,taint=gpuhealth.dev/quarantined:NoSchedule"))
 	g.Expect(live.Labels).To(HaveKeyWithValue(node.PhaseLabel, "Quarantined"))
 	g.Expect(node.PreexistingOn(live, quarantineTaint)).To(Equal(node.Preexisting{}), "all of it is ours")
 
@@ -112,7 +112,7 @@ func TestQuarantineAndRelease(t *testing.T) {
 	g.Expect(node.Quarantine(ctx, k8sClient, live, true, quarantineTaint, "Draining")).To(Succeed())
 	live = get(g, n.Name)
 	g.Expect(live.Labels).To(HaveKeyWithValue(node.PhaseLabel, "Draining"))
-	g.Expect(live.Annotations).To(HaveKeyWithValue(node.AppliedAnnotation, "cordon,taint"), "a phase change keeps the record")
+	g.Expect(live.Annotations).To(HaveKeyWithValue(node.AppliedAnnotation, "cordon,taint=gpuhealth.dev/quarantined:NoSchedule"), "a phase change keeps the record")
 
 	g.Expect(node.Release(ctx, k8sClient, live, quarantineTaint)).To(Succeed())
 	live = get(g, n.Name)
@@ -124,6 +124,31 @@ func TestQuarantineAndRelease(t *testing.T) {
 	writesNothing(g, n.Name, "a second Release", func(c client.Client) error {
 		return node.Release(ctx, c, live, quarantineTaint)
 	})
+}
+
+// The policy's taint changes while the node is out of service (to a key
+// the node already carried: a dedicated-node taint): Release removes the
+// taint gpuhealth added, not the one the policy names now, and never the
+// node's own.
+func TestReleaseRemovesWhatWasAddedNotWhatThePolicyNamesNow(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	dedicated := corev1.Taint{Key: "dedicated", Value: "ml", Effect: corev1.TaintEffectNoSchedule}
+	n := newNode(t, g, corev1.NodeSpec{Taints: []corev1.Taint{dedicated, gpuTaint}})
+	created := n.Spec.Taints
+	g.Expect(node.Quarantine(ctx, k8sClient, n, true, quarantineTaint, "Quarantined")).To(Succeed())
+	live := get(g, n.Name)
+	// The policy now names the dedicated key: nothing new is added, and
+	// the node's own taint is not taken for ours.
+	now := &corev1.Taint{Key: dedicated.Key, Effect: dedicated.Effect}
+	g.Expect(node.Quarantine(ctx, k8sClient, live, true, now, "Draining")).To(Succeed())
+	live = get(g, n.Name)
+	g.Expect(live.Annotations).To(HaveKeyWithValue(node.AppliedAnnotation, "cordon,taint=gpuhealth.dev/quarantined:NoSchedule"))
+	g.Expect(node.PreexistingOn(live, now).Taints).To(ConsistOf(dedicated), "the dedicated taint was there before")
+	g.Expect(node.Release(ctx, k8sClient, live, now)).To(Succeed())
+	live = get(g, n.Name)
+	g.Expect(live.Spec.Taints).To(ConsistOf(created), "ours went, the node's own stayed")
+	g.Expect(live.Spec.Unschedulable).To(BeFalse())
 }
 
 func TestReleaseKeepsPreexisting(t *testing.T) {
@@ -143,7 +168,7 @@ func TestReleaseKeepsPreexisting(t *testing.T) {
 		{
 			name:        "a human's cordon stays, our taint goes",
 			spec:        corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{gpuTaint}},
-			wantApplied: "taint",
+			wantApplied: "taint=gpuhealth.dev/quarantined:NoSchedule",
 			wantPre:     node.Preexisting{Cordon: true},
 		},
 		{
