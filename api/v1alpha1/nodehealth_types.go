@@ -196,6 +196,21 @@ type RecertificationStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	Attempt int32 `json:"attempt,omitempty"`
 
+	// remediation is the step this attempt remediates with, fixed when the
+	// attempt reaches it: ResetGPU, RebootNode, or None (the findings asked
+	// for neither, or the policy configures no such step). A finding that
+	// asks for more during the attempt waits for the next attempt; it never
+	// starts a second act beside the running one.
+	// +optional
+	// +kubebuilder:validation:Enum=None;ResetGPU;RebootNode
+	Remediation Action `json:"remediation,omitempty"`
+
+	// remediatedAt is when this attempt's reset or reboot step was done:
+	// from then on it is not judged again (its Job may be gone, by its TTL
+	// or by hand, and is never made again for this attempt).
+	// +optional
+	RemediatedAt *metav1.Time `json:"remediatedAt,omitempty"`
+
 	// remediationJob is the name of the reset or reboot Job of this attempt, if any.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63

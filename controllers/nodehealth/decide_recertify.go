@@ -29,7 +29,15 @@ func (d *decider) recertifying() {
 		return
 	}
 	spec := o.policy.Spec
-	if kind, step := remediationStep(d.action(), spec.Remediation); step != nil {
+	if rc.Remediation == "" {
+		// Fixed once per attempt: a finding that asks for more later waits
+		// for the next attempt instead of acting beside this one.
+		rc.Remediation = gpuhealthv1alpha1.ActionNone
+		if kind, step := remediationStep(d.action(), spec.Remediation); step != nil {
+			rc.Remediation = remediationAction(kind)
+		}
+	}
+	if kind, step := remediationStep(rc.Remediation, spec.Remediation); step != nil && rc.RemediatedAt == nil {
 		// Asked before the step starts; once under way it is not stopped.
 		if rc.RemediationStartedAt == nil && rc.RemediationJob == "" && !d.approved(remediationAction(kind), attemptSubject(rc)) {
 			return
@@ -37,6 +45,7 @@ func (d *decider) recertifying() {
 		if !d.remediated(kind, step, rc) {
 			return
 		}
+		rc.RemediatedAt = &o.now
 	}
 	steps := recertificationSteps(spec.Recertification)
 	if rc.CompletedAt == nil {

@@ -112,6 +112,14 @@ func attempt(n int32) func(*observation) {
 	}
 }
 
+// resetOn48 configures the reset step and a rule that resets on XID 48.
+func resetOn48(o *observation) {
+	o.policy.Spec.Remediation.ResetGPU = &gpuhealthv1alpha1.RemediationStep{Job: gpuhealthv1alpha1.JobTemplate{Image: "reset"}}
+	o.policy.Spec.Rules = []gpuhealthv1alpha1.Rule{{Name: "reset", Match: gpuhealthv1alpha1.RuleMatch{Codes: []string{"48"}}, Verdict: gpuhealthv1alpha1.VerdictQuarantine, Action: gpuhealthv1alpha1.ActionResetGPU}}
+}
+
+func code48(e *gpuhealthv1alpha1.NodeHealthEvent) { e.Spec.Code = "48" }
+
 func recertJob(o *observation) {
 	o.policy.Spec.Recertification.Job = &gpuhealthv1alpha1.JobTemplate{Image: "dcgm"}
 }
@@ -481,6 +489,26 @@ func TestDecide(t *testing.T) {
 			g.Expect(p.createJobs).To(HaveLen(1))
 			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.ResetGPU)))
 			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonRemediating))
+		}},
+		{"a reset done in this attempt is not judged again: its Job gone, none is made", obs(attempt(1), recertJob, resetOn48, finding(code48), func(o *observation) {
+			done := metav1.NewTime(t0.Add(-30 * time.Second))
+			o.nh.Status.Recertification.Remediation, o.nh.Status.Recertification.RemediatedAt = gpuhealthv1alpha1.ActionResetGPU, &done
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.Recertification)), "the suite goes on; no second reset")
+		}},
+		{"a reset asked for mid-attempt waits for the next attempt, never runs beside the suite", obs(attempt(1), recertJob, resetOn48, finding(code48), liveJob(job.Recertification, gpuhealthv1alpha1.JobPending), func(o *observation) {
+			o.nh.Status.Recertification.Remediation = gpuhealthv1alpha1.ActionNone
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(BeEmpty())
+			g.Expect(p.status.Recertification.Remediation).To(Equal(gpuhealthv1alpha1.ActionNone))
+		}},
+		{"an attempt fixes its remediation when it reaches it", obs(attempt(1), recertJob, resetOn48, finding(code48)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Recertification.Remediation).To(Equal(gpuhealthv1alpha1.ActionResetGPU))
+			g.Expect(p.status.Recertification.RemediatedAt).To(BeNil())
+		}},
+		{"a reset whose Job succeeded is recorded done", obs(attempt(1), recertJob, resetOn48, finding(code48), liveJob(job.ResetGPU, gpuhealthv1alpha1.JobSucceeded)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Recertification.RemediatedAt).To(HaveValue(Equal(metav1.NewTime(t0))))
 		}},
 		{"recertification Job failed: back to quarantine", obs(attempt(1), recertJob, finding(), liveJob(job.Recertification, gpuhealthv1alpha1.JobFailed)), func(g *WithT, p *plan) {
 			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))
