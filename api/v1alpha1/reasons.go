@@ -10,6 +10,9 @@ const (
 	ReasonManaged = "Managed"
 	// ReasonExcluded: spec.exclude keeps gpuhealth away from the node.
 	ReasonExcluded = "Excluded"
+	// ReasonNotSelected: no RemediationPolicy selects the node any more
+	// (its labels changed, or its policy was deleted).
+	ReasonNotSelected = "NotSelected"
 	// ReasonHealthy: no finding counts against the node.
 	ReasonHealthy = "Healthy"
 	// ReasonFault: a finding that quarantines the node arrived.

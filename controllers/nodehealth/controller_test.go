@@ -10,10 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
@@ -773,4 +775,39 @@ func TestFenceFirst(t *testing.T) {
 	h.g.Expect(node.Spec.Unschedulable).To(BeFalse(), "not cordoned again")
 	h.g.Expect(node.Annotations).NotTo(HaveKey(nodepkg.AppliedAnnotation))
 	h.g.Expect(hasQuarantineTaint(node)).To(BeFalse())
+}
+
+// TestLeavingManagementHoldsTheNodeAndStopsItsJobs: a recertifying node
+// whose policy is deleted is held where it is — cordon and taint stay, its
+// GPUs were found faulty — but its unfinished Jobs are deleted, and its
+// NodeHealth says it is not managed and what stays.
+func TestLeavingManagementHoldsTheNodeAndStopsItsJobs(t *testing.T) {
+	h := newHarness(t)
+	p := h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Recertification.Job = jobTemplate()
+	})
+	n := h.node("a", nil)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79")
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(recertifying))
+	recert := h.jobName(job.Recertification, n.Name, 1)
+	h.g.Expect(h.jobExists(recert)).To(BeTrue())
+
+	h.g.Expect(k8sClient.Delete(h.ctx, p)).To(Succeed())
+	h.g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(p), &gpuhealthv1alpha1.RemediationPolicy{}))
+	}).Should(BeTrue())
+	h.reconcile(n.Name)
+	h.g.Eventually(func() bool { return h.jobExists(recert) }).Should(BeFalse(), "no privileged act goes on without a manager")
+	nh := h.nodeHealth(n.Name)
+	c := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthManagedCondition)
+	h.g.Expect(c).NotTo(BeNil())
+	h.g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+	h.g.Expect(c.Reason).To(Equal(gpuhealthv1alpha1.ReasonNotSelected))
+	h.g.Expect(c.Message).To(And(ContainSubstring("left in phase Recertifying"), ContainSubstring("deleted its unfinished jobs "+recert)))
+	node := h.getNode(n.Name)
+	h.g.Expect(node.Spec.Unschedulable).To(BeTrue(), "held: the cordon stays")
+	h.g.Expect(hasQuarantineTaint(node)).To(BeTrue())
+	h.reconcile(n.Name)
+	h.g.Expect(h.nodeHealth(n.Name).ResourceVersion).To(Equal(nh.ResourceVersion), "said once")
 }

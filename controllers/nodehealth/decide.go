@@ -174,8 +174,14 @@ func decide(o *observation) *plan {
 	d.p.createNodeHealth = o.nhMissing
 	st := &d.p.status
 	if o.nh.Spec.Exclude {
-		d.condition(gpuhealthv1alpha1.NodeHealthManagedCondition, false, gpuhealthv1alpha1.ReasonExcluded,
-			"spec.exclude is true: gpuhealth does not touch this node")
+		msg := "spec.exclude is true: gpuhealth does not touch this node"
+		if running := d.runningJobs(); len(running) > 0 {
+			// Held where it is, like a node no policy selects (unmanaged.go):
+			// no privileged act goes on without a manager.
+			d.p.deleteJobs = true
+			msg += "; deleting its unfinished jobs " + strings.Join(running, ", ")
+		}
+		d.condition(gpuhealthv1alpha1.NodeHealthManagedCondition, false, gpuhealthv1alpha1.ReasonExcluded, msg)
 		return d.p
 	}
 	if len(o.breaches) > 0 {

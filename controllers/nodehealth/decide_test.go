@@ -241,6 +241,13 @@ func TestDecide(t *testing.T) {
 			g.Expect(p.node).To(Equal(nodeUnchanged))
 			g.Expect(p.transitions).To(BeEmpty())
 		}},
+		{"excluded mid-recertification: held where it is, its unfinished Jobs deleted", obs(attempt(1), recertJob, finding(), liveJob(job.Recertification, gpuhealthv1alpha1.JobPending),
+			func(o *observation) { o.nh.Spec.Exclude = true }), func(g *WithT, p *plan) {
+			g.Expect(p.deleteJobs).To(BeTrue())
+			g.Expect(p.node).To(Equal(nodeUnchanged), "the cordon and taint stay")
+			g.Expect(p.transitions).To(BeEmpty())
+			g.Expect(meta.FindStatusCondition(p.status.Conditions, gpuhealthv1alpha1.NodeHealthManagedCondition).Message).To(ContainSubstring("deleting its unfinished jobs"))
+		}},
 		{"the policy breaks the Job rules: nothing done, even mid-recertification, and the condition says why",
 			obs(finding(), breakerClosed, attempt(1), rebootStep, func(o *observation) {
 				o.breaches = []string{`spec.remediation.rebootNode.job: serviceAccountName "gpuhealth-operator" is gpuhealth's own identity and never a Job's`}

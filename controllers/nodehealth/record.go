@@ -117,6 +117,11 @@ func (r *Reconciler) unobserved(ctx context.Context, name string, err error) (ct
 		r.expect.forget(kindNodeHealth, name)
 	case err != nil:
 		return ctrl.Result{}, err
+	default:
+		// No policy manages the node: held where it is (unmanaged.go).
+		if err := r.leftManagement(ctx, name); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	forgetSuiteMeasurements(name)
 	return ctrl.Result{}, nil
