@@ -264,7 +264,7 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	g.Expect(admin.Create(ctx, stepPod)).To(Succeed())
 	stepPod.Status.Phase = corev1.PodSucceeded
 	g.Expect(admin.Status().Update(ctx, stepPod)).To(Succeed())
-	_, _ = job.LogReader{Clientset: clientset}.Output(ctx, namespace, recert.Name)
+	_, _, _ = job.LogReader{Clientset: clientset}.Output(ctx, namespace, recert.Name)
 	// An unfinished Job of a workflow that ended.
 	unfinished := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: label + "-reset", Namespace: namespace,
