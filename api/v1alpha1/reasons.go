@@ -85,6 +85,9 @@ const (
 	ReasonCertificationExhausted = "CertificationExhausted"
 	// ReasonCertificationRequested: a human labelled the node gpuhealth.dev/certify.
 	ReasonCertificationRequested = "CertificationRequested"
+	// ReasonCertificationRefused: a gpuhealth.dev/certify label asked to
+	// certify a node that runs workloads; it is not acted on.
+	ReasonCertificationRefused = "CertificationRefused"
 	// ReasonUncertifiedTaintRemoved: a human removed the uncertified taint, cancelling certification.
 	ReasonUncertifiedTaintRemoved = "UncertifiedTaintRemoved"
 	// ReasonStepPassed: a suite step passed.

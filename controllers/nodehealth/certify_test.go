@@ -156,6 +156,16 @@ func TestDecideCertification(t *testing.T) {
 			g.Expect(p.status.Certification.Request).To(Equal("t-7"))
 			g.Expect(p.status.CertifyRequest).To(Equal("t-7"), "acted on once")
 		}},
+		{"a certify label on a node running workloads: refused once, saying why", obs(suitePolicy, func(o *observation) {
+			o.node.Labels[gpuhealthv1alpha1.CertifyLabel] = "t-8"
+			o.workloads = []string{"ml/trainer-0", "ml/trainer-1"}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.transitions).To(BeEmpty(), "no certification on someone's GPUs")
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonCertificationRefused))
+			g.Expect(p.status.Message).To(ContainSubstring("runs 2 workload pods (ml/trainer-0, ml/trainer-1)"))
+			g.Expect(p.status.CertifyRequest).To(Equal("t-8"), "refused once: the same value is not asked again")
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Warning " + gpuhealthv1alpha1.ReasonCertificationRefused))
+		}},
 		{"a certify label acted on before (then cancelled): not again", obs(suitePolicy, func(o *observation) {
 			o.node.Labels[gpuhealthv1alpha1.CertifyLabel] = "t-7"
 			o.nh.Status.CertifyRequest = "t-7"
@@ -360,6 +370,16 @@ func TestDecideCertification(t *testing.T) {
 
 // TestCertificationBudget: certifying nodes use a budget only where the
 // policy says so.
+// A certify label's request is decided on the node's workloads: observe
+// reads them for it.
+func TestCertifyLabelReadsWorkloads(t *testing.T) {
+	g := NewWithT(t)
+	labelled := obs(suitePolicy, func(o *observation) { o.node.Labels[gpuhealthv1alpha1.CertifyLabel] = "t-8" })
+	g.Expect(inputsFor(labelled).workloads).To(BeTrue())
+	labelled.nh.Status.CertifyRequest = "t-8"
+	g.Expect(inputsFor(labelled).workloads).To(BeFalse(), "a request acted on needs nothing more")
+}
+
 func TestCertificationBudget(t *testing.T) {
 	g := NewWithT(t)
 	spec := &gpuhealthv1alpha1.RemediationPolicySpec{}

@@ -260,7 +260,8 @@ func inputsFor(o *observation) inputs {
 	if o.nh.Spec.Exclude || len(o.breaches) > 0 || humanUncordoned(o) || newRequest(o.nh) {
 		return in // decided without the phase's inputs
 	}
-	in.workloads = phase == "" && policy.Certification.NewNodes
+	in.workloads = phase == "" && policy.Certification.NewNodes ||
+		(phase == "" || phase == gpuhealthv1alpha1.PhaseHealthy) && certifyLabelRequest(o) != ""
 	switch phase {
 	case "", gpuhealthv1alpha1.PhaseHealthy, gpuhealthv1alpha1.PhaseCertifying:
 		in.outputs = phase == gpuhealthv1alpha1.PhaseCertifying

@@ -206,11 +206,38 @@ func (d *decider) notCertified(why string) {
 	d.condition(gpuhealthv1alpha1.NodeHealthCertifiedCondition, false, gpuhealthv1alpha1.ReasonNotCertified, why)
 }
 
+// certifyLabelRequest is the value of a gpuhealth.dev/certify label not
+// acted on yet, "" when there is none.
+func certifyLabelRequest(o *observation) string {
+	st := &o.nh.Status
+	if v := o.node.Labels[gpuhealthv1alpha1.CertifyLabel]; v != "" && v != st.CertifyRequest && (st.Certificate == nil || st.Certificate.Request != v) {
+		return v
+	}
+	return ""
+}
+
 // certificationRequest says whether a healthy node is to be certified now,
 // with the transition's reason and message and the request it answers.
 func (d *decider) certificationRequest(first bool) (reason, message, request string, ok bool) {
 	o, st := d.o, &d.p.status
-	if v := o.node.Labels[gpuhealthv1alpha1.CertifyLabel]; v != "" && v != st.CertifyRequest && (st.Certificate == nil || st.Certificate.Request != v) {
+	if v := certifyLabelRequest(o); v != "" {
+		// Certification takes every GPU and holds the node out of service:
+		// asked for by a label on a node whose GPUs run someone's pods, it
+		// would either wait on them until its steps time out or take the
+		// node from under them. Refused, once per label value, saying why:
+		// drain the node (or let its pods finish) and label it again.
+		if o.workloadsErr != nil {
+			d.p.err = o.workloadsErr
+			return "", "", "", false
+		}
+		if len(o.workloads) > 0 {
+			st.CertifyRequest = v
+			msg := fmt.Sprintf("label %s=%s asked for certification, refused: the node runs %d workload pods (%s); drain it or let them finish, then label it again",
+				gpuhealthv1alpha1.CertifyLabel, v, len(o.workloads), gpuhealthv1alpha1.FirstN(o.workloads, 3, ", "))
+			d.statusReason(gpuhealthv1alpha1.ReasonCertificationRefused, msg)
+			d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonCertificationRefused, "Certify", "%s", msg)
+			return "", "", "", false
+		}
 		return gpuhealthv1alpha1.ReasonCertificationRequested, fmt.Sprintf("label %s=%s asks for certification", gpuhealthv1alpha1.CertifyLabel, v), v, true
 	}
 	if !first || !o.policy.Spec.Certification.NewNodes {
