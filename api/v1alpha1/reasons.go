@@ -190,7 +190,7 @@ const (
 	// ReasonFabricRecovered: the fabric-degraded taint was lifted.
 	ReasonFabricRecovered = "FabricRecovered"
 	// ReasonQuarantineHeld: a finding counts against the node, but its
-	// quarantine is held back (circuit breaker open, dry run); the Node's
+	// quarantine is held back (circuit breaker open); the Node's
 	// GPUHealthy is Unknown, neither a healthy GPU nor one being repaired.
 	ReasonQuarantineHeld = "QuarantineHeld"
 )
@@ -198,6 +198,5 @@ const (
 // GPUHealthyNodeCondition is the Node condition gpuhealth keeps: True while
 // no finding counts against the node, False with the cause while it is out
 // of service, Unknown with ReasonQuarantineHeld while a finding counts but
-// gpuhealth holds the quarantine back (the circuit breaker is open, the
-// policy is a dry run). Other tools (schedulers, dashboards) read it.
+// gpuhealth holds the quarantine back (the circuit breaker is open). Other tools (schedulers, dashboards) read it.
 const GPUHealthyNodeCondition corev1.NodeConditionType = "GPUHealthy"

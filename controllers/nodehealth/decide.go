@@ -404,8 +404,8 @@ func (d *decider) healthy() {
 	}
 	switch {
 	case d.dryRun():
-		// The DryRun Event below says it; the Node's condition says so too.
-		d.p.node, d.p.nodeReason, d.p.nodeMessage = nodeHeld, gpuhealthv1alpha1.ReasonQuarantineHeld, "not quarantined, the policy is a dry run; findings: "+message
+		// A dry run touches no node, not even its condition: the NodeHealth
+		// and the DryRun Event say what it would do.
 		reason, message = gpuhealthv1alpha1.ReasonDryRun, "dry run, would cordon and taint: "+message
 	case !fenced && fences(o.policy):
 		// Fence first: the first write after a quarantining finding is the
@@ -449,11 +449,10 @@ func gpuHealthyCondition(n *corev1.Node) *corev1.NodeCondition {
 	return nil
 }
 
-// backInService lifts what gpuhealth put on a node that is healthy again. A
-// dry run puts nothing on a node but a held GPUHealthy condition, which it
-// clears.
+// backInService lifts what gpuhealth put on a node that is healthy again;
+// a dry run touches no node.
 func (d *decider) backInService() {
-	if c := gpuHealthyCondition(d.o.node); !d.dryRun() || c != nil && c.Reason == gpuhealthv1alpha1.ReasonQuarantineHeld {
+	if !d.dryRun() {
 		d.inService()
 	}
 }

@@ -336,12 +336,11 @@ func TestDecide(t *testing.T) {
 			g.Expect(p.fenceOnly).To(BeFalse())
 			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined, draining}))
 		}},
-		{"dry run: recorded as quarantined, the node only told it is held", obs(finding(), breakerClosed, dryRun), func(g *WithT, p *plan) {
+		{"dry run: recorded as quarantined, the node untouched", obs(finding(), breakerClosed, dryRun), func(g *WithT, p *plan) {
 			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))
 			g.Expect(p.transitions[0].reason).To(Equal(gpuhealthv1alpha1.ReasonDryRun))
 			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonDryRun))
-			g.Expect(p.node).To(Equal(nodeHeld), "GPUHealthy Unknown; no cordon, no taint")
-			g.Expect(p.nodeMessage).To(HavePrefix("not quarantined, the policy is a dry run; findings: "))
+			g.Expect(p.node).To(Equal(nodeUnchanged), "not even its condition")
 			g.Expect(reasonsOf(p.announce)).To(Equal([]string{"Warning " + gpuhealthv1alpha1.ReasonDryRun}), "the decision is published")
 		}},
 		{"debounce not reached: observed, not counted", obs(breakerClosed, finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) { e.Spec.Code = "13" }), func(o *observation) {
