@@ -20,9 +20,7 @@ import (
 // policyLoadTimeout bounds the wait for the apiserver to load the policy,
 // its binding and its parameters; it does so from informers, within about
 // a second.
-// Under a loaded machine (the whole check beside other work) one load took
-// over a minute; the wait costs nothing when the policy is there sooner.
-const policyLoadTimeout = 3 * time.Minute
+const policyLoadTimeout = time.Minute
 
 var policySeq atomic.Int64
 

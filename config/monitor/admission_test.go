@@ -19,9 +19,7 @@ import (
 
 // policyLoadTimeout bounds the wait for the apiserver to load the policy and
 // its binding; it does so from an informer, within about a second.
-// Under a loaded machine (the whole check beside other work) one load took
-// over a minute; the wait costs nothing when the policy is there sooner.
-const policyLoadTimeout = 3 * time.Minute
+const policyLoadTimeout = time.Minute
 
 // eventSeq makes event names unique across the suite.
 var eventSeq atomic.Int64
