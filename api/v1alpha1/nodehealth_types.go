@@ -663,6 +663,18 @@ type NodeHealthStatus struct {
 	// +kubebuilder:validation:MaxItems=16
 	PreexistingTaints []corev1.Taint `json:"preexistingTaints,omitempty"`
 
+	// ownedTaints are the quarantine taints the policy named while the node
+	// was out of service (by key and effect), other than preexisting ones.
+	// gpuhealth removes a taint only when both this list, which only the
+	// operator writes, and the Node's gpuhealth.dev/applied annotation,
+	// which the node's own kubelet can also write, name it: a node may not
+	// change its own taints, and cannot get gpuhealth to do it for it.
+	// Kept until the node carries nothing of gpuhealth's.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	OwnedTaints []corev1.Taint `json:"ownedTaints,omitempty"`
+
 	// history holds the most recent transitions, oldest first (at most 32).
 	// +optional
 	// +listType=atomic

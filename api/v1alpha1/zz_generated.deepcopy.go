@@ -923,6 +923,13 @@ func (in *NodeHealthStatus) DeepCopyInto(out *NodeHealthStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.OwnedTaints != nil {
+		in, out := &in.OwnedTaints, &out.OwnedTaints
+		*out = make([]v1.Taint, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
 	if in.History != nil {
 		in, out := &in.History, &out.History
 		*out = make([]Transition, len(*in))

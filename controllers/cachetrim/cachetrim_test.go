@@ -281,7 +281,7 @@ func TestPatchesFromTrimmedNodesKeepWhatTheCacheDropped(t *testing.T) {
 	_, err := nodepkg.TaintFabric(ctx, w, node, "c1.0", time.Now())
 	g.Expect(err).NotTo(HaveOccurred())
 	node = cached(t, c, node, &corev1.Node{})
-	g.Expect(nodepkg.Release(ctx, w, node, taint)).To(Succeed())
+	g.Expect(nodepkg.Release(ctx, w, node, []corev1.Taint{*taint})).To(Succeed())
 
 	after := &corev1.Node{}
 	g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(n), after)).To(Succeed())

@@ -161,9 +161,9 @@ func (r *Reconciler) applyAfterWrite(ctx context.Context, o *observation, p *pla
 	if p.node != nodeInService {
 		return nil
 	}
-	taint := nodepkg.Taint(o.policy.Spec.Quarantine.Taint)
+	owned := releasable(&o.nh.Status, nodepkg.Taint(o.policy.Spec.Quarantine.Taint))
 	return r.writeNode(o, func(n *corev1.Node) error {
-		if err := nodepkg.Release(ctx, r.Client, n, taint); err != nil {
+		if err := nodepkg.Release(ctx, r.Client, n, owned); err != nil {
 			return err
 		}
 		if _, err := nodepkg.ReleaseUncertified(ctx, r.Client, n); err != nil {

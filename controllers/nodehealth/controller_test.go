@@ -262,6 +262,35 @@ func TestPreexistingTaintSurvivesACycle(t *testing.T) {
 	h.g.Expect(node.Spec.Unschedulable).To(BeFalse(), "our cordon is lifted")
 }
 
+// TestPolicyTaintChangedWhileOut: the policy's taint changes while a node
+// is out of service. gpuhealth adds the new one too, owns both in status,
+// and lifts both when the node returns: none stays behind for ever.
+func TestPolicyTaintChangedWhileOut(t *testing.T) {
+	h := newHarness(t)
+	p := h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Recertification.SoakWindow = dur("0s") })
+	n := h.node("a", nil)
+	h.pod(n.Name, "trainer-0", nil)
+	h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79")
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(draining))
+
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: p.Name}, p)).To(Succeed())
+	p.Spec.Quarantine.Taint = &gpuhealthv1alpha1.TaintSpec{Key: "example.com/gpu-out", Effect: corev1.TaintEffectNoExecute}
+	h.g.Expect(k8sClient.Update(h.ctx, p)).To(Succeed())
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(draining))
+	owned := []corev1.Taint{{Key: quarantineTaint, Effect: corev1.TaintEffectNoSchedule}, {Key: "example.com/gpu-out", Effect: corev1.TaintEffectNoExecute}}
+	h.g.Expect(h.nodeHealth(n.Name).Status.OwnedTaints).To(Equal(owned))
+	h.g.Expect(h.getNode(n.Name).Spec.Taints).To(ContainElements(HaveField("Key", quarantineTaint), HaveField("Key", "example.com/gpu-out")))
+
+	h.playKubelet(n.Name)
+	h.reconcile(n.Name)
+	h.g.Expect(h.phase(n.Name)).To(Equal(healthy))
+	h.g.Expect(h.getNode(n.Name).Spec.Taints).NotTo(ContainElement(HaveField("Key", Or(Equal(quarantineTaint), Equal("example.com/gpu-out")))), "both of ours are lifted")
+	h.reconcile(n.Name)
+	h.g.Expect(h.nodeHealth(n.Name).Status.OwnedTaints).To(BeEmpty(), "nothing left to own once released")
+}
+
 // TestHumanUncordonCancels: uncordoning a draining node ends the workflow
 // for its findings, recorded, and gpuhealth does not fight it.
 func TestHumanUncordonCancels(t *testing.T) {

@@ -3,6 +3,7 @@ package nodehealth
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -460,6 +461,12 @@ func (d *decider) backInService() {
 // inService lifts what gpuhealth put on a node that is healthy again.
 func (d *decider) inService() {
 	d.p.node, d.p.nodeReason, d.p.nodeMessage = nodeInService, gpuhealthv1alpha1.ReasonHealthy, "no finding counts against the node"
+	if !nodepkg.AppliedOn(d.o.node).Any() {
+		// Released (or never fenced): nothing left to own. While the
+		// release is still to come (a crash after the status write), the
+		// list stays for it.
+		d.p.status.OwnedTaints = nil
+	}
 }
 
 // outOfService keeps an out-of-service node cordoned, tainted and labelled,
@@ -471,9 +478,41 @@ func (d *decider) outOfService() {
 	// What gpuhealth did not add itself was there before (the applied
 	// annotation lists what it added), so this holds even when the fence
 	// and the status write happened in different passes.
-	pre := nodepkg.PreexistingOn(d.o.node, nodepkg.Taint(d.o.policy.Spec.Quarantine.Taint))
+	taint := nodepkg.Taint(d.o.policy.Spec.Quarantine.Taint)
+	pre := nodepkg.PreexistingOn(d.o.node, taint)
 	d.p.status.PreexistingCordon, d.p.status.PreexistingTaints = pre.Cordon, pre.Taints
+	if taint != nil && len(pre.Taints) == 0 {
+		d.p.status.OwnedTaints = ownTaint(d.p.status.OwnedTaints, *taint)
+	}
 	d.p.node = nodeOutOfService
+}
+
+// maxOwnedTaints bounds status.ownedTaints (its CRD MaxItems): a policy
+// whose taint changed more often while one node was out keeps the latest.
+const maxOwnedTaints = 8
+
+// ownTaint adds taint, by key and effect, to the owned list, keeping the
+// latest maxOwnedTaints.
+func ownTaint(owned []corev1.Taint, taint corev1.Taint) []corev1.Taint {
+	t := corev1.Taint{Key: taint.Key, Effect: taint.Effect}
+	if slices.Contains(owned, t) {
+		return owned
+	}
+	owned = append(slices.Clone(owned), t)
+	return owned[max(0, len(owned)-maxOwnedTaints):]
+}
+
+// releasable is what Release may remove: the taints gpuhealth's status
+// owns, and the policy's taint (a node fenced and healed before its first
+// write-up was fenced with it), but never a preexisting one.
+func releasable(st *gpuhealthv1alpha1.NodeHealthStatus, policy *corev1.Taint) []corev1.Taint {
+	owned := slices.Clone(st.OwnedTaints)
+	if policy != nil {
+		owned = ownTaint(owned, *policy)
+	}
+	return slices.DeleteFunc(owned, func(t corev1.Taint) bool {
+		return slices.ContainsFunc(st.PreexistingTaints, func(p corev1.Taint) bool { return p.Key == t.Key && p.Effect == t.Effect })
+	})
 }
 
 // nodeCondition is GPUHealthy for an out-of-service node: why it is out of

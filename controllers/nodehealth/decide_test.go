@@ -2,6 +2,7 @@ package nodehealth
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -845,4 +846,25 @@ func TestABudgetWakesOnlyDrainsItBlocks(t *testing.T) {
 			t.Errorf("%s: blockedIn = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// The owned list keeps the latest taints by key and effect, and Release may
+// lift the policy's taint too, never a preexisting one.
+func TestOwnedTaints(t *testing.T) {
+	g := NewWithT(t)
+	var owned []corev1.Taint
+	for i := range maxOwnedTaints + 2 {
+		owned = ownTaint(owned, corev1.Taint{Key: fmt.Sprintf("example.com/t%d", i), Value: "v", Effect: corev1.TaintEffectNoSchedule})
+	}
+	g.Expect(owned).To(HaveLen(maxOwnedTaints))
+	g.Expect(owned[0].Key).To(Equal("example.com/t2"), "the oldest go first")
+	g.Expect(owned[0].Value).To(BeEmpty(), "owned by key and effect")
+	g.Expect(ownTaint(owned, corev1.Taint{Key: "example.com/t9", Effect: corev1.TaintEffectNoSchedule})).To(Equal(owned), "no duplicate")
+
+	st := &gpuhealthv1alpha1.NodeHealthStatus{
+		OwnedTaints:       []corev1.Taint{{Key: "a", Effect: corev1.TaintEffectNoSchedule}},
+		PreexistingTaints: []corev1.Taint{{Key: "b", Value: "theirs", Effect: corev1.TaintEffectNoExecute}},
+	}
+	g.Expect(releasable(st, &corev1.Taint{Key: "c", Effect: corev1.TaintEffectNoSchedule})).To(Equal([]corev1.Taint{{Key: "a", Effect: corev1.TaintEffectNoSchedule}, {Key: "c", Effect: corev1.TaintEffectNoSchedule}}))
+	g.Expect(releasable(st, &corev1.Taint{Key: "b", Effect: corev1.TaintEffectNoExecute})).To(Equal(st.OwnedTaints), "the policy's taint, when it was there before, is not ours")
 }

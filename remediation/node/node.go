@@ -27,9 +27,9 @@ const (
 	// taint it added). It is written in the same patch as the cordon and
 	// the taint, so after a crash the operator still knows which cordon and
 	// which taints are its own: what it does not list was there before, and
-	// Release removes exactly what it lists, whatever the policy's taint is
-	// by then. (A bare "taint", written by earlier operators, stands for
-	// the policy's taint.)
+	// Release removes what it lists, whatever the policy's taint is by then,
+	// when the NodeHealth's status names it too (see Release). (A bare
+	// "taint", written by earlier operators, stands for the policy's taint.)
 	AppliedAnnotation = "gpuhealth.dev/applied"
 	// PhaseLabel mirrors NodeHealth.status.phase on the Node while it is out of service.
 	PhaseLabel = "gpuhealth.dev/phase"
@@ -90,8 +90,7 @@ func (a Applied) Any() bool { return a.Cordon || a.PolicyTaint || len(a.Taints) 
 // owns says whether gpuhealth added taint t (by key and effect); policy is
 // the policy's taint, which an earlier operator's bare record stands for.
 func (a Applied) owns(t, policy *corev1.Taint) bool {
-	same := func(x corev1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect }
-	return slices.ContainsFunc(a.Taints, same) || a.PolicyTaint && policy != nil && same(*policy)
+	return slices.ContainsFunc(a.Taints, sameTaint(*t)) || a.PolicyTaint && policy != nil && sameTaint(*policy)(*t)
 }
 
 // HumanUncordoned says whether someone lifted the cordon gpuhealth put on the node.
@@ -108,7 +107,7 @@ func Taint(t *gpuhealthv1alpha1.TaintSpec) *corev1.Taint {
 }
 
 func hasTaint(n *corev1.Node, t *corev1.Taint) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect })
+	return slices.ContainsFunc(n.Spec.Taints, sameTaint(*t))
 }
 
 // Preexisting is what was on the node before gpuhealth first quarantined it.
@@ -184,11 +183,17 @@ func setLabel(n *corev1.Node, phase string) {
 	n.Labels[PhaseLabel] = phase
 }
 
-// Release lifts exactly what gpuhealth added (per AppliedAnnotation) and the
-// phase label: the taints it recorded, whatever the policy's taint is now
-// (taint is the policy's, which only an earlier operator's bare record
-// stands for). A cordon or taint that was there before stays.
-func Release(ctx context.Context, c client.Client, n *corev1.Node, taint *corev1.Taint) error {
+// Release lifts what gpuhealth added and the phase label: its cordon, and
+// each taint that both AppliedAnnotation and owned name (by key and
+// effect), whatever the policy's taint is by then. owned comes from the
+// NodeHealth's status, which only the operator writes; the annotation is
+// on the Node, which the node's own kubelet may also write, and NodeRestriction
+// forbids a kubelet to change its own taints, so the annotation alone must
+// never make gpuhealth remove one. (The cordon needs no such check: a
+// kubelet may uncordon its own node.) A cordon or taint that was there
+// before stays. An earlier operator's bare "taint" record stands for the
+// owned taints.
+func Release(ctx context.Context, c client.Client, n *corev1.Node, owned []corev1.Taint) error {
 	if _, ok := n.Annotations[AppliedAnnotation]; !ok && !hasLabel(n) {
 		return nil
 	}
@@ -197,13 +202,20 @@ func Release(ctx context.Context, c client.Client, n *corev1.Node, taint *corev1
 	if applied.Cordon {
 		n.Spec.Unschedulable = false
 	}
-	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return applied.owns(&x, taint) })
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool {
+		return (applied.PolicyTaint || slices.ContainsFunc(applied.Taints, sameTaint(x))) && slices.ContainsFunc(owned, sameTaint(x))
+	})
 	delete(n.Annotations, AppliedAnnotation)
 	setLabel(n, "")
 	if err := c.Patch(ctx, n, patch); err != nil {
 		return fmt.Errorf("releasing node %s: %w", n.Name, err)
 	}
 	return nil
+}
+
+// sameTaint matches a taint by key and effect, as the apiserver keys them.
+func sameTaint(t corev1.Taint) func(corev1.Taint) bool {
+	return func(x corev1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect }
 }
 
 // SetGPUHealthy sets the node's GPUHealthy condition, writing only when its

@@ -21,6 +21,9 @@ import (
 
 var quarantineTaint = &corev1.Taint{Key: "gpuhealth.dev/quarantined", Effect: corev1.TaintEffectNoSchedule}
 
+// owned is what the operator's status says it owns: the quarantine taint.
+var owned = []corev1.Taint{*quarantineTaint}
+
 // gpuTaint is a taint of the cluster's own, on every GPU node.
 var gpuTaint = corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}
 
@@ -114,7 +117,7 @@ func TestQuarantineAndRelease(t *testing.T) {
 	g.Expect(live.Labels).To(HaveKeyWithValue(node.PhaseLabel, "Draining"))
 	g.Expect(live.Annotations).To(HaveKeyWithValue(node.AppliedAnnotation, "cordon,taint=gpuhealth.dev/quarantined:NoSchedule"), "a phase change keeps the record")
 
-	g.Expect(node.Release(ctx, k8sClient, live, quarantineTaint)).To(Succeed())
+	g.Expect(node.Release(ctx, k8sClient, live, owned)).To(Succeed())
 	live = get(g, n.Name)
 	g.Expect(live.Spec.Unschedulable).To(BeFalse())
 	g.Expect(live.Spec.Taints).To(ConsistOf(created))
@@ -122,7 +125,7 @@ func TestQuarantineAndRelease(t *testing.T) {
 	g.Expect(live.Labels).NotTo(HaveKey(node.PhaseLabel))
 
 	writesNothing(g, n.Name, "a second Release", func(c client.Client) error {
-		return node.Release(ctx, c, live, quarantineTaint)
+		return node.Release(ctx, c, live, owned)
 	})
 }
 
@@ -145,10 +148,31 @@ func TestReleaseRemovesWhatWasAddedNotWhatThePolicyNamesNow(t *testing.T) {
 	live = get(g, n.Name)
 	g.Expect(live.Annotations).To(HaveKeyWithValue(node.AppliedAnnotation, "cordon,taint=gpuhealth.dev/quarantined:NoSchedule"))
 	g.Expect(node.PreexistingOn(live, now).Taints).To(ConsistOf(dedicated), "the dedicated taint was there before")
-	g.Expect(node.Release(ctx, k8sClient, live, now)).To(Succeed())
+	g.Expect(node.Release(ctx, k8sClient, live, owned)).To(Succeed())
 	live = get(g, n.Name)
 	g.Expect(live.Spec.Taints).To(ConsistOf(created), "ours went, the node's own stayed")
 	g.Expect(live.Spec.Unschedulable).To(BeFalse())
+}
+
+// The node's kubelet may write its own annotations but not its taints: it
+// writes the applied annotation to claim an administrator's taint as
+// gpuhealth's. Release removes only what the operator's status owns too.
+func TestReleaseIgnoresAClaimTheStatusDoesNotOwn(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	dedicated := corev1.Taint{Key: "dedicated", Value: "ml", Effect: corev1.TaintEffectNoExecute}
+	n := newNode(t, g, corev1.NodeSpec{Taints: []corev1.Taint{dedicated}})
+	created := n.Spec.Taints
+	g.Expect(node.Quarantine(ctx, k8sClient, n, true, quarantineTaint, "Quarantined")).To(Succeed())
+	live := get(g, n.Name)
+	patch := client.MergeFrom(live.DeepCopy())
+	live.Annotations[node.AppliedAnnotation] = "cordon,taint=gpuhealth.dev/quarantined:NoSchedule,taint=dedicated:NoExecute"
+	g.Expect(k8sClient.Patch(ctx, live, patch)).To(Succeed())
+	live = get(g, n.Name)
+	g.Expect(node.Release(ctx, k8sClient, live, owned)).To(Succeed())
+	live = get(g, n.Name)
+	g.Expect(live.Spec.Taints).To(ConsistOf(created), "the administrator's taint stays, ours went")
+	g.Expect(live.Annotations).NotTo(HaveKey(node.AppliedAnnotation))
 }
 
 func TestReleaseKeepsPreexisting(t *testing.T) {
@@ -194,7 +218,7 @@ func TestReleaseKeepsPreexisting(t *testing.T) {
 			g.Expect(node.PreexistingOn(live, quarantineTaint)).To(Equal(tc.wantPre))
 			g.Expect(live.Labels).To(HaveKeyWithValue(node.PhaseLabel, "Quarantined"))
 
-			g.Expect(node.Release(ctx, k8sClient, live, quarantineTaint)).To(Succeed())
+			g.Expect(node.Release(ctx, k8sClient, live, owned)).To(Succeed())
 			live = get(g, n.Name)
 			g.Expect(live.Spec.Unschedulable).To(Equal(created.Spec.Unschedulable), "Release puts back the cordon as it was")
 			g.Expect(live.Spec.Taints).To(ConsistOf(created.Spec.Taints), "Release puts back the taints as they were")
@@ -202,7 +226,7 @@ func TestReleaseKeepsPreexisting(t *testing.T) {
 			g.Expect(live.Labels).NotTo(HaveKey(node.PhaseLabel))
 
 			writesNothing(g, n.Name, "a second Release", func(c client.Client) error {
-				return node.Release(ctx, c, live, quarantineTaint)
+				return node.Release(ctx, c, live, owned)
 			})
 		})
 	}
@@ -330,7 +354,7 @@ var writers = []writer{
 			g.Expect(node.Quarantine(ctx, k8sClient, n, true, quarantineTaint, "Quarantined")).To(Succeed())
 		},
 		write: func(ctx context.Context, c client.Client, n *corev1.Node) error {
-			return node.Release(ctx, c, n, quarantineTaint)
+			return node.Release(ctx, c, n, owned)
 		},
 	},
 	{
