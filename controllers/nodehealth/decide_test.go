@@ -868,3 +868,23 @@ func TestOwnedTaints(t *testing.T) {
 	g.Expect(releasable(st, &corev1.Taint{Key: "c", Effect: corev1.TaintEffectNoSchedule})).To(Equal([]corev1.Taint{{Key: "a", Effect: corev1.TaintEffectNoSchedule}, {Key: "c", Effect: corev1.TaintEffectNoSchedule}}))
 	g.Expect(releasable(st, &corev1.Taint{Key: "b", Effect: corev1.TaintEffectNoExecute})).To(Equal(st.OwnedTaints), "the policy's taint, when it was there before, is not ours")
 }
+
+// A node that left management is looked at again (its Jobs listed) until
+// it says NotSelected, and for as long as it is out of service.
+func TestHeldAlready(t *testing.T) {
+	notSelected := []metav1.Condition{{Type: gpuhealthv1alpha1.NodeHealthManagedCondition, Status: metav1.ConditionFalse, Reason: gpuhealthv1alpha1.ReasonNotSelected}}
+	managed := []metav1.Condition{{Type: gpuhealthv1alpha1.NodeHealthManagedCondition, Status: metav1.ConditionTrue, Reason: gpuhealthv1alpha1.ReasonManaged}}
+	cases := []struct {
+		name string
+		st   gpuhealthv1alpha1.NodeHealthStatus
+		want bool
+	}{
+		{"healthy and said so", gpuhealthv1alpha1.NodeHealthStatus{Phase: healthy, Conditions: notSelected}, true},
+		{"healthy, not said yet", gpuhealthv1alpha1.NodeHealthStatus{Phase: healthy, Conditions: managed}, false},
+		{"out of service: its Jobs are looked at every pass", gpuhealthv1alpha1.NodeHealthStatus{Phase: recertifying, Conditions: notSelected}, false},
+		{"never written", gpuhealthv1alpha1.NodeHealthStatus{}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { NewWithT(t).Expect(heldAlready(&tc.st)).To(Equal(tc.want)) })
+	}
+}

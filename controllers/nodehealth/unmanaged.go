@@ -38,6 +38,9 @@ func (r *Reconciler) leftManagement(ctx context.Context, name string) error {
 	if !r.expect.caughtUp(kindNodeHealth, name, nh) {
 		return nil // our write is on its way; the next pass sees it
 	}
+	if heldAlready(&nh.Status) {
+		return nil
+	}
 	deleted, err := job.DeleteUnfinished(ctx, r.Client, r.Namespace, name)
 	if err != nil {
 		return err
@@ -60,6 +63,17 @@ func (r *Reconciler) leftManagement(ctx context.Context, name string) error {
 	publish(r.Recorder, []announcement{{regarding: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, related: patched,
 		eventType: corev1.EventTypeWarning, reason: gpuhealthv1alpha1.ReasonNotSelected, action: "Release", note: c.Message}})
 	return nil
+}
+
+// heldAlready says whether a node that left management needs nothing more:
+// it is in service (only a node out of service runs Jobs) and already says
+// NotSelected. Every pass of every once-managed node no policy selects (a
+// deleted policy's whole fleet, each Node heartbeat) then ends at a cached
+// read instead of listing Jobs.
+func heldAlready(st *gpuhealthv1alpha1.NodeHealthStatus) bool {
+	c := meta.FindStatusCondition(st.Conditions, gpuhealthv1alpha1.NodeHealthManagedCondition)
+	inService := st.Phase == "" || st.Phase == gpuhealthv1alpha1.PhaseHealthy
+	return inService && c != nil && c.Status == metav1.ConditionFalse && c.Reason == gpuhealthv1alpha1.ReasonNotSelected
 }
 
 // notSelected sets the Managed condition of a NodeHealth whose node no
