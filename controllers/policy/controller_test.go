@@ -267,16 +267,7 @@ func TestJobRulesBreachedIsNotReady(t *testing.T) {
 
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	r := &Reconciler{Client: k8sClient, Clock: clk, Recorder: events.NewFakeRecorder(10), JobRules: rules}
-	ready := func() metav1.Condition {
-		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-		g.Expect(err).NotTo(HaveOccurred())
-		clk.Step(time.Minute) // past MinInterval
-		got := &gpuhealthv1alpha1.RemediationPolicy{}
-		g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
-		c := meta.FindStatusCondition(got.Status.Conditions, gpuhealthv1alpha1.PolicyReadyCondition)
-		g.Expect(c).NotTo(BeNil())
-		return *c
-	}
+	ready := func() metav1.Condition { return readyAfterSync(g, r, clk, p.Name) }
 	c := ready()
 	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 	g.Expect(c.Reason).To(Equal(gpuhealthv1alpha1.ReasonJobRulesBreached))
@@ -318,16 +309,7 @@ func TestUnparsableDrainSelectorIsNotReady(t *testing.T) {
 
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	r := &Reconciler{Client: k8sClient, Clock: clk, Recorder: events.NewFakeRecorder(10)}
-	ready := func() metav1.Condition {
-		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-		g.Expect(err).NotTo(HaveOccurred())
-		clk.Step(time.Minute) // past MinInterval
-		got := &gpuhealthv1alpha1.RemediationPolicy{}
-		g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
-		c := meta.FindStatusCondition(got.Status.Conditions, gpuhealthv1alpha1.PolicyReadyCondition)
-		g.Expect(c).NotTo(BeNil())
-		return *c
-	}
+	ready := func() metav1.Condition { return readyAfterSync(g, r, clk, p.Name) }
 	c := ready()
 	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 	g.Expect(c.Reason).To(Equal(gpuhealthv1alpha1.ReasonInvalidSelector))
@@ -338,4 +320,18 @@ func TestUnparsableDrainSelectorIsNotReady(t *testing.T) {
 	g.Expect(k8sClient.Update(ctx, p)).To(Succeed())
 	c = ready()
 	g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+}
+
+// readyAfterSync runs the policy controller once for the policy, steps the
+// clock past MinInterval, and returns the policy's Ready condition.
+func readyAfterSync(g Gomega, r *Reconciler, clk *clocktesting.FakeClock, name string) metav1.Condition {
+	ctx := context.Background()
+	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}})
+	g.Expect(err).NotTo(HaveOccurred())
+	clk.Step(time.Minute) // past MinInterval
+	got := &gpuhealthv1alpha1.RemediationPolicy{}
+	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: name}, got)).To(Succeed())
+	c := meta.FindStatusCondition(got.Status.Conditions, gpuhealthv1alpha1.PolicyReadyCondition)
+	g.Expect(c).NotTo(BeNil())
+	return *c
 }
