@@ -181,8 +181,12 @@ func FromRef(ref *gpuhealthv1alpha1.HandOffRef) *unstructured.Unstructured {
 // Same says whether u is the object ref names: the same kind, namespace
 // and name, and the same UID where ref has one.
 func Same(ref *gpuhealthv1alpha1.HandOffRef, u *unstructured.Unstructured) bool {
-	return ref != nil && u != nil && ref.Kind == u.GetKind() && ref.Namespace == u.GetNamespace() && ref.Name == u.GetName() &&
-		u.GroupVersionKind().Group == FromRef(ref).GroupVersionKind().Group && (ref.UID == "" || ref.UID == u.GetUID())
+	if ref == nil || u == nil {
+		return false
+	}
+	gv, _ := schema.ParseGroupVersion(ref.APIVersion) // unparsable: the empty group, as Unstructured reads it
+	return ref.Kind == u.GetKind() && ref.Namespace == u.GetNamespace() && ref.Name == u.GetName() &&
+		u.GroupVersionKind().Group == gv.Group && (ref.UID == "" || ref.UID == u.GetUID())
 }
 
 // DeleteOwned deletes the object want names when owner owns it (one a
