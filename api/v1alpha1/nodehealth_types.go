@@ -174,8 +174,9 @@ type DrainStatus struct {
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
 }
 
-// JobResult is the outcome of a recertification or remediation Job.
-// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed
+// JobResult is the outcome of a recertification or remediation Job, and
+// of a suite step or attempt.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;NotRun;Superseded;Cancelled
 type JobResult string
 
 const (
@@ -185,8 +186,20 @@ const (
 	JobRunning JobResult = "Running"
 	// JobSucceeded means the Job completed successfully.
 	JobSucceeded JobResult = "Succeeded"
-	// JobFailed means the Job failed or ran past its deadline.
+	// JobFailed means the Job ran and failed (the test said no), or ran
+	// past its deadline.
 	JobFailed JobResult = "Failed"
+	// JobNotRun means a step's Job ended without its pod ever running, in
+	// each of its tries (policy maxNotRun); for an attempt, that one of its
+	// steps did. Nothing was tested: it says nothing about the GPUs.
+	JobNotRun JobResult = "NotRun"
+	// JobSuperseded means an attempt was overtaken by a new finding before
+	// the node could return: the next attempt runs for it.
+	JobSuperseded JobResult = "Superseded"
+	// JobCancelled means the workflow ended before the attempt did (a
+	// human's uncordon or release, a cancelled certification); its
+	// unfinished Jobs were deleted.
+	JobCancelled JobResult = "Cancelled"
 )
 
 // RecertificationStatus is the progress of the node's recertification.

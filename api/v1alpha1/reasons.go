@@ -94,6 +94,14 @@ const (
 	ReasonStepPassed = "StepPassed"
 	// ReasonStepFailed: a suite step failed.
 	ReasonStepFailed = "StepFailed"
+	// ReasonStepNotRun: a suite step's Job ended without its pod ever
+	// running (not schedulable, its image not pulled, its deadline reached
+	// first); it is tried again without spending an attempt.
+	ReasonStepNotRun = "StepNotRun"
+	// ReasonSuiteNotRun: a suite step never ran in maxNotRun tries. The
+	// node is Failed for a human, and not handed off for replacement: the
+	// cluster, not the GPU, kept the test from running.
+	ReasonSuiteNotRun = "SuiteNotRun"
 	// ReasonCliqueCertifying: the multi-node test of a clique whose fabric fault resolved runs.
 	ReasonCliqueCertifying = "CliqueCertifying"
 	// ReasonCliqueCertified: the clique passed its multi-node test; the fabric taint is lifted.

@@ -377,6 +377,17 @@ type RecertificationSpec struct {
 	// +kubebuilder:validation:Maximum=20
 	MaxAttempts int32 `json:"maxAttempts,omitempty"`
 
+	// maxNotRun is how many times, in one attempt, a step's Job may end
+	// without its pod ever running (not schedulable, its image not pulled,
+	// its deadline reached first) before the node is Failed with
+	// SuiteNotRun for a human. Such a try spends no attempt: nothing was
+	// tested. Default 3.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=20
+	MaxNotRun int32 `json:"maxNotRun,omitempty"`
+
 	// backoff is the wait after a failed attempt before the next. Default 5m.
 	// +optional
 	// +kubebuilder:default="5m"

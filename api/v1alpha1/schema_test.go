@@ -172,6 +172,7 @@ func TestPolicyDefaults(t *testing.T) {
 	g.Expect(s.Drain.Timeout.Get(0)).To(Equal(time.Hour))
 	g.Expect(s.Drain.EvictionsPerSecond).To(BeEquivalentTo(20))
 	g.Expect(s.Recertification.MaxAttempts).To(BeEquivalentTo(3))
+	g.Expect(s.Recertification.MaxNotRun).To(BeEquivalentTo(3))
 	g.Expect(s.Recertification.SoakWindow.Get(0)).To(Equal(10 * time.Minute))
 	g.Expect(s.Budgets.MaxUnavailable.String()).To(Equal("10%"))
 	g.Expect(s.Budgets.MaxUnavailablePerClique.IntValue()).To(Equal(1))

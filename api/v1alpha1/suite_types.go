@@ -137,6 +137,17 @@ type CertificationSpec struct {
 	// +kubebuilder:validation:Maximum=20
 	MaxAttempts int32 `json:"maxAttempts,omitempty"`
 
+	// maxNotRun is how many times, in one attempt, a step's Job may end
+	// without its pod ever running (not schedulable, its image not pulled,
+	// its deadline reached first) before the node is Failed with
+	// SuiteNotRun for a human. Such a try spends no attempt: nothing was
+	// tested. Default 3.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=20
+	MaxNotRun int32 `json:"maxNotRun,omitempty"`
+
 	// backoff is the wait after a failed attempt before the next. Default 5m.
 	// +optional
 	// +kubebuilder:default="5m"
@@ -232,9 +243,22 @@ type StepResult struct {
 	// +kubebuilder:validation:MaxLength=63
 	Job string `json:"job,omitempty"`
 
-	// result is Pending, Running, Succeeded (passed) or Failed.
+	// result is Pending, Running, Succeeded (passed), Failed (the test ran
+	// and said no) or NotRun (its Job never ran in maxNotRun tries).
 	// +required
 	Result JobResult `json:"result"`
+
+	// runningAt is when the step's pod was first seen running (the Job's
+	// ready count). A Job that reaches its deadline before that never ran:
+	// the try is NotRun, not Failed.
+	// +optional
+	RunningAt *metav1.Time `json:"runningAt,omitempty"`
+
+	// notRun counts the step's tries whose Job ended without running; the
+	// current try's Job name ends in -t<notRun> when it is not 0.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	NotRun int32 `json:"notRun,omitempty"`
 
 	// startedAt is when the step's Job was created.
 	// +optional

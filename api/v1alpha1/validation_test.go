@@ -446,6 +446,11 @@ func TestSchemaRejectsInvalidObjects(t *testing.T) {
 			want:   []string{"spec.recertification.maxAttempts: Invalid value: 0", "greater than or equal to 1"},
 		},
 		{
+			name: "no try of a step that never ran", object: validPolicy,
+			mutate: func(u *unstructured.Unstructured) { set(u, int64(0), "spec", "recertification", "maxNotRun") },
+			want:   []string{"spec.recertification.maxNotRun: Invalid value: 0", "greater than or equal to 1"},
+		},
+		{
 			name: "recertification job without an image", object: validPolicy,
 			mutate: func(u *unstructured.Unstructured) {
 				set(u, map[string]any{"command": []any{"dcgmi", "diag", "-r", "2"}}, "spec", "recertification", "job")

@@ -292,6 +292,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		DriverNamespace:         o.driverNamespace,
 		JobRules:                o.jobRules,
 		Outputs:                 job.LogReader{Clientset: clientset},
+		Waits:                   job.LogReader{Clientset: clientset},
 		ComputeDomains:          view,
 		MaxConcurrentReconciles: o.workers,
 		StormQuiet:              o.stormQuiet,

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
@@ -89,6 +90,35 @@ func stepDone(rc func(*observation) *gpuhealthv1alpha1.RecertificationStatus, na
 	}
 }
 
+// unschedulable is the scheduler's word for a step whose pod asks for
+// what the node lacks.
+const unschedulable = "pod x not scheduled (Unschedulable): 0/1 nodes are available: 1 Insufficient example.com/gpu."
+
+// stepWaiting records the step as started, on its try, and waiting to run
+// for the unschedulable reason.
+func stepWaiting(rc func(*observation) *gpuhealthv1alpha1.RecertificationStatus, step string, try int32) func(*observation) {
+	return func(o *observation) {
+		at := metav1.NewTime(t0.Add(-55 * time.Second))
+		r := rc(o)
+		parser := gpuhealthv1alpha1.ParserExitCode
+		for _, s := range o.policy.Spec.Certification.Steps {
+			if s.Name == step {
+				parser = s.Parser.Type
+			}
+		}
+		r.Steps = append(r.Steps, gpuhealthv1alpha1.StepResult{Name: step, Parser: parser, Result: gpuhealthv1alpha1.JobPending,
+			StartedAt: &at, NotRun: try, Message: "waiting: " + unschedulable,
+			Job: job.StepTryName(kindOf(o), step, "n", r.Attempt, r.StartedAt.Time, try)})
+	}
+}
+
+func kindOf(o *observation) job.Kind {
+	if o.nh.Status.Phase == certifying {
+		return job.Certification
+	}
+	return job.Recertification
+}
+
 func certStatus(o *observation) *gpuhealthv1alpha1.RecertificationStatus {
 	return o.nh.Status.Certification
 }
@@ -101,15 +131,27 @@ func recertStatus(o *observation) *gpuhealthv1alpha1.RecertificationStatus {
 func stepJob(kind job.Kind, rc func(*observation) *gpuhealthv1alpha1.RecertificationStatus, step string, result gpuhealthv1alpha1.JobResult, output []byte) func(*observation) {
 	return func(o *observation) {
 		r := rc(o)
-		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: job.StepName(kind, step, "n", r.Attempt, r.StartedAt.Time), Namespace: o.namespace}}
+		var try int32 // the step's current try, as recorded
+		for _, sr := range r.Steps {
+			if sr.Name == step {
+				try = sr.NotRun
+			}
+		}
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: job.StepTryName(kind, step, "n", r.Attempt, r.StartedAt.Time, try), Namespace: o.namespace}}
 		done := metav1.NewTime(t0.Add(-10 * time.Second))
 		switch result {
+		case gpuhealthv1alpha1.JobNotRun: // its deadline, with no pod ever ready
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded,
+				Message: "Job was active longer than specified deadline", LastTransitionTime: done}}
+			j.Status.Failed = 1
+		case gpuhealthv1alpha1.JobPending:
+			j.Status.Active, j.Status.Ready = 1, ptr.To[int32](0)
 		case gpuhealthv1alpha1.JobSucceeded:
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done}}
 		case gpuhealthv1alpha1.JobFailed:
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Message: "exit 1", LastTransitionTime: done}}
 		case gpuhealthv1alpha1.JobRunning:
-			j.Status.Active = 1
+			j.Status.Active, j.Status.Ready = 1, ptr.To[int32](1)
 		}
 		o.jobs[j.Name] = j
 		if output != nil {
@@ -339,6 +381,85 @@ func TestDecideCertification(t *testing.T) {
 			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy}))
 			g.Expect(p.status.Certificate).To(BeNil())
 			g.Expect(p.node).To(Equal(nodeInService))
+		}},
+
+		// A step that never ran.
+		{"certifying: a step's pod waits: why, in status and kept in the step", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 0),
+			stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobPending, nil), func(o *observation) {
+				o.waits = map[string]string{job.StepName(job.Certification, "dcgm", "n", 1, t0.Add(-time.Minute)): unschedulable}
+			}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Message).To(ContainSubstring(unschedulable))
+			g.Expect(p.status.Certification.Steps[0].Message).To(Equal("waiting: " + unschedulable))
+			g.Expect(p.transitions).To(BeEmpty())
+		}},
+		{"certifying: a step's Job reached its deadline without running: tried again, no attempt spent", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 0),
+			stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobNotRun, nil)), func(g *WithT, p *plan) {
+			c := p.status.Certification
+			g.Expect(p.transitions).To(BeEmpty())
+			g.Expect(c.Attempt).To(Equal(int32(1)), "no attempt spent")
+			g.Expect(c.Result).To(Equal(gpuhealthv1alpha1.JobPending))
+			g.Expect(c.Steps[0].NotRun).To(Equal(int32(1)))
+			g.Expect(c.Steps[0].Result).To(Equal(gpuhealthv1alpha1.JobPending))
+			g.Expect(c.Steps[0].Message).To(And(ContainSubstring("try 1 of 3"), ContainSubstring("never ran within its 30m0s deadline"), ContainSubstring("Insufficient example.com/gpu")))
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Warning " + gpuhealthv1alpha1.ReasonStepNotRun))
+			g.Expect(p.createJobs).To(BeEmpty(), "the next try's Job follows in the next pass")
+			g.Expect(p.immediate).To(BeTrue())
+			g.Expect(p.steps).To(BeEmpty(), "no verdict counted")
+		}},
+		{"certifying: the next try gets a Job of its own", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 1), func(o *observation) {
+			// The first try's Job stays, finished, for its TTL.
+			name := job.StepName(job.Certification, "dcgm", "n", 1, t0.Add(-time.Minute))
+			o.jobs[name] = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: o.namespace}, Status: batchv1.JobStatus{
+				Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded}}}}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Name).To(Equal(job.StepTryName(job.Certification, "dcgm", "n", 1, t0.Add(-time.Minute), 1)))
+			g.Expect(p.createJobs[0].Name).To(ContainSubstring("-dcgm-t1-"))
+		}},
+		{"certifying: a step that ran and then hit its deadline failed its test", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 0), func(o *observation) {
+			at := metav1.NewTime(t0.Add(-50 * time.Second))
+			o.nh.Status.Certification.Steps[0].RunningAt = &at
+		}, stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobNotRun, []byte("Running test Memory...\n"))), func(g *WithT, p *plan) {
+			g.Expect(p.status.Certification.Result).To(Equal(gpuhealthv1alpha1.JobFailed))
+			g.Expect(p.status.Certification.Steps[0].Result).To(Equal(gpuhealthv1alpha1.JobFailed))
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonCertificationFailed))
+		}},
+		{"certifying: a pod seen ready marks the step as running", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 0),
+			stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobRunning, nil)), func(g *WithT, p *plan) {
+			g.Expect(p.status.Certification.Steps[0].RunningAt).NotTo(BeNil())
+		}},
+		{"certifying: the last try never ran: Failed with SuiteNotRun, not handed off", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 2),
+			stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobNotRun, nil)), func(g *WithT, p *plan) {
+			c := p.status.Certification
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{gpuhealthv1alpha1.PhaseFailed}))
+			last := p.status.History[len(p.status.History)-1]
+			g.Expect(last.Reason).To(Equal(gpuhealthv1alpha1.ReasonSuiteNotRun))
+			g.Expect(last.Message).To(ContainSubstring("could not run its suite: step dcgm: never ran in 3 tries"))
+			g.Expect(c.Result).To(Equal(gpuhealthv1alpha1.JobNotRun))
+			g.Expect(c.Steps[0].Result).To(Equal(gpuhealthv1alpha1.JobNotRun))
+			g.Expect(c.Attempt).To(Equal(int32(1)))
+			g.Expect(handOffReason(last.Reason, p.status.Outage)).To(BeEmpty(), "the cluster kept the test from running, not the GPU")
+			g.Expect(meta.IsStatusConditionFalse(p.status.Conditions, gpuhealthv1alpha1.NodeHealthCertifiedCondition)).To(BeTrue())
+		}},
+		{"recertifying: a step never ran: tried again, the attempt not spent", obs(suitePolicy, attempt(1), stepWaiting(recertStatus, "dcgm", 0),
+			stepJob(job.Recertification, recertStatus, "dcgm", gpuhealthv1alpha1.JobNotRun, nil)), func(g *WithT, p *plan) {
+			g.Expect(p.transitions).To(BeEmpty())
+			g.Expect(p.status.Recertification.Attempt).To(Equal(int32(1)))
+			g.Expect(p.status.Recertification.Steps[0].NotRun).To(Equal(int32(1)))
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonRecertifying))
+		}},
+		{"recertifying: a policy's maxNotRun of 1: the first try that never ran ends it", obs(suitePolicy, attempt(1), stepWaiting(recertStatus, "dcgm", 0),
+			func(o *observation) { o.policy.Spec.Recertification.MaxNotRun = 1 },
+			stepJob(job.Recertification, recertStatus, "dcgm", gpuhealthv1alpha1.JobNotRun, nil)), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{gpuhealthv1alpha1.PhaseFailed}))
+			g.Expect(p.status.History[len(p.status.History)-1].Reason).To(Equal(gpuhealthv1alpha1.ReasonSuiteNotRun))
+		}},
+
+		{"recertifying: a release cancels the attempt, naming each step's outcome", obs(suitePolicy, attempt(1), stepDone(recertStatus, "dcgm"), stepWaiting(recertStatus, "nccl", 0),
+			stepJob(job.Recertification, recertStatus, "nccl", gpuhealthv1alpha1.JobRunning, nil), asks(gpuhealthv1alpha1.RequestRelease)), func(g *WithT, p *plan) {
+			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{healthy}))
+			g.Expect(p.status.History[len(p.status.History)-1].Message).To(ContainSubstring("recertification attempt 1 cancelled (dcgm succeeded, nccl cancelled)"))
+			g.Expect(p.deleteJobs).To(BeTrue())
 		}},
 
 		// Recertification suites.

@@ -64,6 +64,11 @@ const (
 	drainDeferredRecheck = 500 * time.Millisecond
 	// jobRecheck bounds the wait for a Job; Job updates enqueue the node sooner.
 	jobRecheck = time.Minute
+	// pendingRecheck is the wait for a suite Job whose pod has not run
+	// yet: nothing enqueues the node when the scheduler or kubelet says
+	// why, and the pod is gone once the Job's deadline ends the wait, so
+	// why is read while it waits (one pod list per pass, for such Jobs only).
+	pendingRecheck = 10 * time.Second
 	// fencedPriority is the workqueue priority of the bookkeeping pass after
 	// a fence: below fresh work (0), so a storm's fences go first, and below
 	// the initial list after a start (handler.LowPriority), so a restarted
@@ -115,6 +120,9 @@ type Reconciler struct {
 	// Outputs reads what suite Jobs printed, for their parsers. Nil: a step
 	// whose parser needs output fails for want of it.
 	Outputs job.OutputReader
+	// Waits says why a suite Job's pod does not run yet. Nil: a step that
+	// never runs is reported without the scheduler's or kubelet's words.
+	Waits job.WaitReader
 	// HandOff reads and writes what the policy's hand-off touches (the
 	// Cluster API Machine, the object a template describes), straight from
 	// the apiserver, as the identity the install gives the hand-off: the

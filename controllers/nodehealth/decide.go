@@ -532,6 +532,7 @@ func (d *decider) nodeCondition() (string, string) {
 // Jobs, lifts what gpuhealth put on the node (after the status write) and
 // fires the event.
 func (d *decider) closeFindings(e fsm.Event, reason, message, by string) {
+	message += d.cancelledAttempt()
 	running := d.runningJobs()
 	if len(running) > 0 && !d.dryRun() {
 		message += "; deleting unfinished jobs " + strings.Join(running, ", ")
@@ -547,6 +548,29 @@ func (d *decider) closeFindings(e fsm.Event, reason, message, by string) {
 		d.p.judged[i].counts = false
 	}
 	d.backInService()
+}
+
+// cancelledAttempt says which attempt a workflow that ends early cancels,
+// with each step's outcome (an unfinished one Cancelled), for the
+// transition's message and Event: the attempt's status goes with the
+// workflow (the next outage counts attempts from 1). Empty when no attempt
+// is under way.
+func (d *decider) cancelledAttempt() string {
+	st := &d.p.status
+	which, rc := gpuhealthv1alpha1.SuiteRecertification, st.Recertification
+	if st.Phase == gpuhealthv1alpha1.PhaseCertifying {
+		which, rc = gpuhealthv1alpha1.SuiteCertification, st.Certification
+	}
+	if rc == nil || rc.StartedAt == nil || rc.CompletedAt != nil || st.Phase != gpuhealthv1alpha1.PhaseRecertifying && st.Phase != gpuhealthv1alpha1.PhaseCertifying {
+		return ""
+	}
+	steps := slices.Clone(rc.Steps)
+	for i := range steps {
+		if r := steps[i].Result; r == gpuhealthv1alpha1.JobPending || r == gpuhealthv1alpha1.JobRunning {
+			steps[i].Result = gpuhealthv1alpha1.JobCancelled
+		}
+	}
+	return fmt.Sprintf("; %s attempt %d %s (%s)", strings.ToLower(string(which)), rc.Attempt, strings.ToLower(string(gpuhealthv1alpha1.JobCancelled)), suiteSummary(steps))
 }
 
 // runningJobs names the node's Jobs that have not finished.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,7 +73,7 @@ func parserOf(s gpuhealthv1alpha1.SuiteStep) gpuhealthv1alpha1.ParserType {
 // whether the suite is done and whether it passed (why not when it failed).
 // Each step's verdict is written into rc.Steps once and never reached
 // again: a restarted operator resumes at the first step without one.
-func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps []gpuhealthv1alpha1.SuiteStep, rc *gpuhealthv1alpha1.RecertificationStatus, waitingReason string) (done, passed bool, why string) {
+func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps []gpuhealthv1alpha1.SuiteStep, maxNotRun int32, rc *gpuhealthv1alpha1.RecertificationStatus, waitingReason string) (done, passed bool, why string) {
 	o := d.o
 	if why := suiteChanged(steps, rc); why != "" {
 		// The policy's suite changed under this attempt: its verdicts are
@@ -94,10 +95,11 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 		switch sr.Result {
 		case gpuhealthv1alpha1.JobSucceeded:
 			continue
-		case gpuhealthv1alpha1.JobFailed:
+		case gpuhealthv1alpha1.JobFailed, gpuhealthv1alpha1.JobNotRun:
 			return true, false, fmt.Sprintf("step %s: %s", sr.Name, sr.Message)
 		}
-		want := job.BuildStep(kind, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, step, step.Timeout.Get(defaultJobTimeout), o.jobEnv)
+		timeout := step.Timeout.Get(defaultJobTimeout)
+		want := job.BuildStep(kind, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, step, sr.NotRun, timeout, o.jobEnv)
 		sr.Job, rc.JobName = want.Name, want.Name
 		if sr.StartedAt == nil {
 			sr.StartedAt = &o.now
@@ -111,11 +113,26 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 			d.wait(jobRecheck)
 			return false, false, ""
 		}
+		if sr.RunningAt == nil && job.Ran(live) {
+			sr.RunningAt = &o.now
+		}
 		result, msg := job.Result(live)
+		if result == gpuhealthv1alpha1.JobFailed && sr.RunningAt == nil && job.DeadlineExceeded(live) {
+			return d.stepNotRun(which, rc, sr, progress, live, timeout, maxNotRun, waitingReason)
+		}
 		if result != gpuhealthv1alpha1.JobSucceeded && result != gpuhealthv1alpha1.JobFailed {
 			sr.Result, rc.Result = result, result
+			if why := o.waits[live.Name]; why != "" {
+				// Kept in the step, for the report should it never run.
+				msg += ": " + why
+				sr.Message = gpuhealthv1alpha1.Truncate(waitingPrefix+why, 512)
+			}
 			d.statusReason(waitingReason, fmt.Sprintf("%s: job %s/%s %s", progress, live.Namespace, live.Name, msg))
-			d.wait(jobRecheck)
+			if sr.RunningAt == nil {
+				d.wait(pendingRecheck)
+			} else {
+				d.wait(jobRecheck)
+			}
 			return false, false, ""
 		}
 		var text []byte
@@ -155,6 +172,47 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 		}
 	}
 	return true, true, ""
+}
+
+// waitingPrefix starts a step's message while its pod waits to run: why,
+// as last read.
+const waitingPrefix = "waiting: "
+
+// defaultMaxNotRun is how many tries of a step may never run, per attempt,
+// when the policy does not say (its CRD default).
+const defaultMaxNotRun = 3
+
+// stepNotRun handles a step try whose Job reached its deadline before its
+// pod ever ran: nothing was tested, so no attempt is spent. The step is
+// tried again under a Job of its own (the next try's name), up to maxNotRun
+// tries; after that the suite is done, not passed, with the step NotRun,
+// and its caller sends the node to Failed with SuiteNotRun.
+func (d *decider) stepNotRun(which gpuhealthv1alpha1.Suite, rc *gpuhealthv1alpha1.RecertificationStatus, sr *gpuhealthv1alpha1.StepResult,
+	progress string, live *batchv1.Job, timeout time.Duration, maxNotRun int32, waitingReason string) (done, passed bool, why string) {
+	if maxNotRun <= 0 {
+		maxNotRun = defaultMaxNotRun
+	}
+	sr.NotRun++
+	what := fmt.Sprintf("job %s/%s never ran within its %s deadline", live.Namespace, live.Name, timeout)
+	if w, ok := strings.CutPrefix(sr.Message, waitingPrefix); ok {
+		// Read while it waited: its pod is gone with the deadline.
+		what += " (" + w + ")"
+	}
+	if sr.NotRun >= maxNotRun {
+		sr.Result, sr.CompletedAt = gpuhealthv1alpha1.JobNotRun, &d.o.now
+		sr.Message = gpuhealthv1alpha1.Truncate(fmt.Sprintf("never ran in %d tries; last: %s", sr.NotRun, what), 512)
+		rc.Result = gpuhealthv1alpha1.JobNotRun
+		d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonStepNotRun, string(which), "%s %s: step %s %s", which, progress, sr.Name, sr.Message)
+		return true, false, fmt.Sprintf("step %s: %s", sr.Name, sr.Message)
+	}
+	msg := fmt.Sprintf("try %d of %d: %s; trying again, no attempt spent", sr.NotRun, maxNotRun, what)
+	sr.Result, sr.StartedAt, sr.RunningAt, sr.Job = gpuhealthv1alpha1.JobPending, nil, nil, ""
+	sr.Message = gpuhealthv1alpha1.Truncate(msg, 512)
+	rc.Result = gpuhealthv1alpha1.JobPending
+	d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonStepNotRun, string(which), "%s %s: step %s never ran: %s", which, progress, sr.Name, msg)
+	d.statusReason(waitingReason, fmt.Sprintf("%s: step %s never ran (%s)", progress, sr.Name, msg))
+	d.p.immediate = true
+	return false, false, ""
 }
 
 // suiteChanged says how the policy's suite differs from the one an attempt
@@ -317,11 +375,15 @@ func (d *decider) certifying() {
 		d.p.immediate = true
 		return
 	}
-	done, passed, why := d.runSuite(job.Certification, gpuhealthv1alpha1.SuiteCertification, spec.Steps, c, gpuhealthv1alpha1.ReasonCertifying)
+	done, passed, why := d.runSuite(job.Certification, gpuhealthv1alpha1.SuiteCertification, spec.Steps, spec.MaxNotRun, c, gpuhealthv1alpha1.ReasonCertifying)
 	if !done {
 		return
 	}
 	c.CompletedAt = &o.now
+	if !passed && c.Result == gpuhealthv1alpha1.JobNotRun {
+		d.suiteNotRun(gpuhealthv1alpha1.SuiteCertification, c, why)
+		return
+	}
 	if !passed {
 		c.Result, c.Message = gpuhealthv1alpha1.JobFailed, gpuhealthv1alpha1.Truncate(why, 1024)
 		maxAttempts := spec.MaxAttempts

@@ -2,6 +2,7 @@ package nodehealth
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -49,11 +50,15 @@ func (d *decider) recertifying() {
 	}
 	steps := recertificationSteps(spec.Recertification)
 	if rc.CompletedAt == nil {
-		done, passed, why := d.runSuite(job.Recertification, gpuhealthv1alpha1.SuiteRecertification, steps, rc, gpuhealthv1alpha1.ReasonRecertifying)
+		done, passed, why := d.runSuite(job.Recertification, gpuhealthv1alpha1.SuiteRecertification, steps, spec.Recertification.MaxNotRun, rc, gpuhealthv1alpha1.ReasonRecertifying)
 		if !done {
 			return
 		}
 		if !passed {
+			if rc.Result == gpuhealthv1alpha1.JobNotRun {
+				d.suiteNotRun(gpuhealthv1alpha1.SuiteRecertification, rc, why)
+				return
+			}
 			d.failAttempt(why)
 			return
 		}
@@ -65,7 +70,11 @@ func (d *decider) recertifying() {
 	}
 	for _, j := range d.counting() {
 		if j.event.Status.LastSeen != nil && j.event.Status.LastSeen.After(rc.StartedAt.Time) {
-			d.failAttempt("a new finding during recertification: " + describe([]judgement{j}))
+			// Overtaken, not failed by its test: the next attempt runs for
+			// the new finding (it still counts, so a node that keeps
+			// faulting ends Failed).
+			d.failAttempt("superseded by a new finding during recertification: " + describe([]judgement{j}))
+			rc.Result = gpuhealthv1alpha1.JobSuperseded
 			return
 		}
 	}
@@ -222,4 +231,17 @@ func (d *decider) failAttempt(why string) {
 		return
 	}
 	d.transition(fsm.FailRecertification, gpuhealthv1alpha1.ReasonRecertificationFailed, msg, "")
+}
+
+// suiteNotRun ends an attempt whose step never ran in maxNotRun tries:
+// Failed with SuiteNotRun, for a human, and not handed off for
+// replacement (handOffReason): the cluster kept the test from running
+// (an image, a resource, a quota), not the GPU from passing it.
+func (d *decider) suiteNotRun(which gpuhealthv1alpha1.Suite, rc *gpuhealthv1alpha1.RecertificationStatus, why string) {
+	rc.CompletedAt, rc.Message = &d.o.now, gpuhealthv1alpha1.Truncate(why, 1024)
+	msg := fmt.Sprintf("%s attempt %d could not run its suite: %s", strings.ToLower(string(which)), rc.Attempt, why)
+	if which == gpuhealthv1alpha1.SuiteCertification {
+		d.notCertified(msg)
+	}
+	d.transition(fsm.Fail, gpuhealthv1alpha1.ReasonSuiteNotRun, msg, "")
 }

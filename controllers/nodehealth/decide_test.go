@@ -644,12 +644,13 @@ func TestDecide(t *testing.T) {
 			g.Expect(p.requeue).To(Equal(defaultSoak))
 			g.Expect(p.status.Recertification.Result).To(Equal(gpuhealthv1alpha1.JobSucceeded))
 		}},
-		{"a new finding during recertification fails the attempt", obs(attempt(1), finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) {
+		{"a new finding during recertification supersedes the attempt", obs(attempt(1), finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) {
 			seen := metav1.NewTime(t0)
 			e.Status.LastSeen = &seen
 		})), func(g *WithT, p *plan) {
 			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))
-			g.Expect(p.status.Recertification.Message).To(ContainSubstring("a new finding during recertification"))
+			g.Expect(p.status.Recertification.Message).To(ContainSubstring("superseded by a new finding during recertification"))
+			g.Expect(p.status.Recertification.Result).To(Equal(gpuhealthv1alpha1.JobSuperseded))
 		}},
 		{"soaked, a fabric finding open: waits for it", obs(attempt(1), finding(), finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) {
 			e.Spec.Source, e.Spec.Check, e.Spec.Code, e.Spec.Severity = gpuhealthv1alpha1.SourceNVML, gpuhealthv1alpha1.CheckFabric, "NOT_COMPLETED", gpuhealthv1alpha1.SeverityDegraded

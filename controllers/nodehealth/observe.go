@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
@@ -72,6 +73,9 @@ type observation struct {
 	drain  *drainPass
 	// outputs are the finished suite Jobs' outputs that wait for a verdict, by Job name.
 	outputs map[string]jobOutput
+	// waits say why the current attempt's suite Jobs not seen running yet
+	// do not run, by Job name.
+	waits map[string]string
 	// workloads are the pods a drain would remove (namespace/name); read
 	// when a new node may be certified.
 	workloads    []string
@@ -192,7 +196,7 @@ func (r *Reconciler) observeInputs(ctx context.Context, o *observation, in input
 		o.workloads, o.workloadsErr = r.Drainer.Workloads(ctx, o.node.Name, o.policy.Spec.Drain)
 	}
 	if in.outputs {
-		o.outputs = r.readOutputs(ctx, o)
+		o.outputs, o.waits = r.readOutputs(ctx, o), r.readWaits(ctx, o)
 	}
 	if in.stormHold {
 		o.stormHold = r.storm.hold(o.node.Name)
@@ -214,10 +218,9 @@ func (r *Reconciler) observeInputs(ctx context.Context, o *observation, in input
 	return nil
 }
 
-// readOutputs reads the output of the current attempt's finished suite
-// Jobs whose parser needs it and whose verdict the status does not hold
-// yet: each log is read until its verdict is written, then never again.
-func (r *Reconciler) readOutputs(ctx context.Context, o *observation) map[string]jobOutput {
+// suiteJobs are the current attempt's suite Jobs (of every try of every
+// step), nil when no attempt runs.
+func suiteJobs(o *observation) []*batchv1.Job {
 	kind, rc := job.Recertification, o.nh.Status.Recertification
 	if o.nh.Status.Phase == gpuhealthv1alpha1.PhaseCertifying {
 		kind, rc = job.Certification, o.nh.Status.Certification
@@ -225,30 +228,70 @@ func (r *Reconciler) readOutputs(ctx context.Context, o *observation) map[string
 	if rc == nil || rc.StartedAt == nil {
 		return nil
 	}
+	started := rc.StartedAt.UTC().Format(time.RFC3339)
+	var out []*batchv1.Job
+	for _, j := range o.jobs {
+		if j.Labels[job.ParserLabel] == "" || j.Labels[job.KindLabel] != string(kind) || j.Labels[job.AttemptLabel] != strconv.Itoa(int(rc.Attempt)) ||
+			j.Annotations[job.AttemptStartedAnnotation] != started {
+			continue
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// readOutputs reads the output of the current attempt's finished suite
+// Jobs whose parser needs it and whose verdict the status does not hold
+// yet: each log is read until its verdict is written, then never again.
+func (r *Reconciler) readOutputs(ctx context.Context, o *observation) map[string]jobOutput {
+	rc := o.nh.Status.Recertification
+	if o.nh.Status.Phase == gpuhealthv1alpha1.PhaseCertifying {
+		rc = o.nh.Status.Certification
+	}
 	judged := map[string]bool{}
-	for _, s := range rc.Steps {
-		if s.Result == gpuhealthv1alpha1.JobSucceeded || s.Result == gpuhealthv1alpha1.JobFailed {
-			judged[s.Job] = true
+	if rc != nil {
+		for _, s := range rc.Steps {
+			if s.Result == gpuhealthv1alpha1.JobSucceeded || s.Result == gpuhealthv1alpha1.JobFailed {
+				judged[s.Job] = true
+			}
 		}
 	}
-	started := rc.StartedAt.UTC().Format(time.RFC3339)
 	out := map[string]jobOutput{}
-	for name, j := range o.jobs {
-		parser := j.Labels[job.ParserLabel]
-		if parser == "" || parser == string(gpuhealthv1alpha1.ParserExitCode) || judged[name] ||
-			j.Labels[job.KindLabel] != string(kind) || j.Labels[job.AttemptLabel] != strconv.Itoa(int(rc.Attempt)) ||
-			j.Annotations[job.AttemptStartedAnnotation] != started {
+	for _, j := range suiteJobs(o) {
+		if j.Labels[job.ParserLabel] == string(gpuhealthv1alpha1.ParserExitCode) || judged[j.Name] {
 			continue
 		}
 		if res, _ := job.Result(j); res != gpuhealthv1alpha1.JobSucceeded && res != gpuhealthv1alpha1.JobFailed {
 			continue
 		}
 		if r.Outputs == nil {
-			out[name] = jobOutput{err: fmt.Errorf("the operator reads no job output: %w", job.ErrNoOutput)}
+			out[j.Name] = jobOutput{err: fmt.Errorf("the operator reads no job output: %w", job.ErrNoOutput)}
 			continue
 		}
-		text, total, err := r.Outputs.Output(ctx, o.namespace, name)
-		out[name] = jobOutput{text: text, total: total, err: err}
+		text, total, err := r.Outputs.Output(ctx, o.namespace, j.Name)
+		out[j.Name] = jobOutput{text: text, total: total, err: err}
+	}
+	return out
+}
+
+// readWaits says, for each of the current attempt's suite Jobs not seen
+// running yet, why its pod does not run (see job.WaitReader): what a step
+// that never runs is reported with. A read that fails is only logged.
+func (r *Reconciler) readWaits(ctx context.Context, o *observation) map[string]string {
+	if r.Waits == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, j := range suiteJobs(o) {
+		if res, _ := job.Result(j); res == gpuhealthv1alpha1.JobSucceeded || res == gpuhealthv1alpha1.JobFailed || job.Ran(j) {
+			continue
+		}
+		why, err := r.Waits.NotRunning(ctx, o.namespace, j.Name)
+		if err != nil {
+			log.FromContext(ctx).V(1).Info("Could not read why a job's pod does not run", "job", j.Name, "err", err)
+			continue
+		}
+		out[j.Name] = why
 	}
 	return out
 }

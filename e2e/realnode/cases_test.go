@@ -23,6 +23,7 @@ var cases = framework.Cases{
 	// after it, would see the restart.)
 	{Name: "MonitorRestartDuringOutage", Run: testMonitorRestartDuringOutage, After: []string{"Installed"}},
 	{Name: "CertifyOnRequest", Run: testCertifyOnRequest},
+	{Name: "StepThatCannotRunIsNotRun", Run: testStepThatCannotRunIsNotRun},
 	{Name: "RecertificationFailsOnLowBandwidth", Run: testRecertificationFailsOnLowBandwidth},
 	// helm uninstall. Before, the upgrade must keep the findings that
 	// earlier cases made: it expects at least one, KernelLogXID's.

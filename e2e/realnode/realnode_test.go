@@ -335,6 +335,48 @@ func testCertifyOnRequest(t *testing.T) {
 	t.Logf("status.certificate:\n%s", kubectl(t, "get", "nodehealth", env.Node, "-o", "jsonpath={.status.certificate}"))
 }
 
+// testStepThatCannotRunIsNotRun: a certification step whose Job asks for a
+// resource the real node lacks is never scheduled. Its Job reaches its
+// deadline without running: the step is NotRun, with the scheduler's
+// words, and is tried again under a Job of its own without spending the
+// attempt or failing the node. Once the policy asks for nothing the node
+// lacks, the next try runs and the node is certified in attempt 1.
+func testStepThatCannotRunIsNotRun(t *testing.T) {
+	g := NewWithT(t)
+	g.Eventually(phase(env.Node), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
+	suite := func(resources string) string {
+		return fmt.Sprintf(`[{"name":"smoke","job":{"image":%q,"command":["/testjob","--sleep=1s","smoke"]%s},"timeout":"20s","parser":{"type":"exit-code"}}]`, testJobImage, resources)
+	}
+	patch := func(maxNotRun int, steps string) {
+		kubectl(t, "patch", "remediationpolicy", "default", "--type", "merge", "-p", fmt.Sprintf(`{"spec":{"certification":{"maxNotRun":%d,"steps":%s}}}`, maxNotRun, steps))
+	}
+	patch(5, suite(`,"resources":{"limits":{"example.com/absent":"1"}}`))
+	defer patch(3, realSuite(400))
+	start := time.Now()
+	kubectl(t, "label", "node", env.Node, gpuhealthv1alpha1.CertifyLabel+"=e2e-notrun", "--overwrite")
+	var step gpuhealthv1alpha1.StepResult
+	g.Eventually(func(g Gomega) int32 {
+		c := nodeHealthOf(g, env.Node).Status.Certification
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Steps).NotTo(BeEmpty())
+		step = c.Steps[0]
+		return step.NotRun
+	}, 2*time.Minute).Should(BeNumerically(">=", 1))
+	t.Logf("after %s: step %s: %s", time.Since(start).Round(time.Second), step.Result, step.Message)
+	g.Expect(step.Message).To(And(ContainSubstring("never ran within its 20s deadline"), ContainSubstring("Insufficient example.com/absent")))
+	g.Expect(phase(env.Node)(g)).To(Equal(gpuhealthv1alpha1.PhaseCertifying), "not failed")
+	g.Expect(kubectl(t, "get", "events", "-A", "--field-selector", "reason="+gpuhealthv1alpha1.ReasonStepNotRun, "-o", "jsonpath={.items[*].message}")).To(ContainSubstring("trying again, no attempt spent"))
+
+	patch(5, suite(""))
+	g.Eventually(phase(env.Node), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
+	cert := nodeHealthOf(g, env.Node).Status.Certificate
+	g.Expect(cert.Request).To(Equal("e2e-notrun"))
+	g.Expect(cert.Attempt).To(Equal(int32(1)), "no attempt spent")
+	g.Expect(cert.Steps[0].Result).To(Equal(gpuhealthv1alpha1.JobSucceeded))
+	g.Expect(cert.Steps[0].NotRun).To(BeNumerically(">=", 1))
+	t.Logf("certified after %s with %d tries that never ran", time.Since(start).Round(time.Second), cert.Steps[0].NotRun)
+}
+
 // testRecertificationFailsOnLowBandwidth: the NCCL step's report (a real
 // container's log) says 42 GB/s, below the 100 GB/s threshold: the
 // recertification attempt fails with the numbers and the node goes back to

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"time"
 
@@ -167,4 +168,44 @@ func FinishedAt(j *batchv1.Job) time.Time {
 		}
 	}
 	return j.CreationTimestamp.Time
+}
+
+// WaitReader says why a Job's pod is not running yet.
+type WaitReader interface {
+	// NotRunning returns why the Job's newest pod does not run yet, in the
+	// scheduler's or kubelet's words ("" when it runs or has finished).
+	NotRunning(ctx context.Context, namespace, job string) (string, error)
+}
+
+// NotRunning implements WaitReader from the Job's pods.
+func (r LogReader) NotRunning(ctx context.Context, namespace, job string) (string, error) {
+	pods, err := r.Clientset.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job})
+	if err != nil {
+		return "", fmt.Errorf("listing pods of job %s/%s: %w", namespace, job, err)
+	}
+	return notRunning(pods.Items), nil
+}
+
+// notRunning says why the newest of a Job's pods does not run: not
+// scheduled (the scheduler's message), or a container waiting for a
+// reason other than being created (an image not pulled, a config error).
+func notRunning(pods []corev1.Pod) string {
+	if len(pods) == 0 {
+		return "no pod made yet"
+	}
+	pod := slices.MaxFunc(pods, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	if pod.Status.Phase != corev1.PodPending {
+		return ""
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return fmt.Sprintf("pod %s not scheduled (%s): %s", pod.Name, c.Reason, c.Message)
+		}
+	}
+	for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
+			return fmt.Sprintf("pod %s container %s waiting (%s): %s", pod.Name, cs.Name, w.Reason, w.Message)
+		}
+	}
+	return fmt.Sprintf("pod %s pending", pod.Name)
 }

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"strconv"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -11,14 +12,27 @@ import (
 // StepName is the deterministic name of a suite step's Job: Name with the
 // step's name after the kind.
 func StepName(kind Kind, step, node string, attempt int32, started time.Time) string {
-	return Name(Kind(string(kind)+"-"+step), node, attempt, started)
+	return StepTryName(kind, step, node, attempt, started, 0)
 }
 
-// BuildStep returns the Job of one suite step for a node, as Build does,
-// named by StepName and labelled with the step and its parser. A step
-// without a name is the one-step suite of recertification.job and keeps
-// Build's name.
-func BuildStep(kind Kind, node, namespace string, attempt int32, started time.Time, step gpuhealthv1alpha1.SuiteStep, timeout time.Duration, env Env) *batchv1.Job {
+// StepTryName is StepName for a step's try: a try after one whose Job
+// never ran gets a Job of its own (the one that never ran stays, finished,
+// for its TTL), named with "-t<try>" after the step's name. Try 0 is
+// StepName; a step without a name (recertification.job) keeps Name's form.
+func StepTryName(kind Kind, step, node string, attempt int32, started time.Time, try int32) string {
+	k := string(kind)
+	if step != "" {
+		k += "-" + step
+	}
+	if try > 0 {
+		k += "-t" + strconv.Itoa(int(try))
+	}
+	return Name(Kind(k), node, attempt, started)
+}
+
+// BuildStep returns the Job of one suite step's try for a node, as Build
+// does, named by StepTryName and labelled with the step and its parser.
+func BuildStep(kind Kind, node, namespace string, attempt int32, started time.Time, step gpuhealthv1alpha1.SuiteStep, try int32, timeout time.Duration, env Env) *batchv1.Job {
 	j := Build(kind, node, namespace, attempt, started, step.Job, timeout, env)
 	parser := step.Parser.Type
 	if parser == "" {
@@ -30,8 +44,25 @@ func BuildStep(kind Kind, node, namespace string, attempt int32, started time.Ti
 			labels[StepLabel] = step.Name
 		}
 	}
-	if step.Name != "" {
-		j.Name = StepName(kind, step.Name, node, attempt, started)
-	}
+	j.Name = StepTryName(kind, step.Name, node, attempt, started, try)
 	return j
+}
+
+// Ran says whether the Job's pod was seen running: the Job counts a ready
+// pod (a container without a readiness probe is ready once started), or
+// one that succeeded. A Job that fails by its deadline without either never
+// ran; see NotRunning for why.
+func Ran(j *batchv1.Job) bool {
+	return j.Status.Ready != nil && *j.Status.Ready > 0 || j.Status.Succeeded > 0
+}
+
+// DeadlineExceeded says whether the Job failed by reaching its
+// activeDeadlineSeconds.
+func DeadlineExceeded(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobFailed || c.Type == batchv1.JobFailureTarget) && c.Status == "True" && c.Reason == batchv1.JobReasonDeadlineExceeded {
+			return true
+		}
+	}
+	return false
 }
