@@ -241,6 +241,17 @@ func TestDecideCertification(t *testing.T) {
 			g.Expect(p.immediate).To(BeTrue())
 			g.Expect(p.status.Message).To(ContainSubstring("step 1 is dcgm (dcgm-diag) now, the attempt ran nccl (nccl-tests)"))
 		}},
+		{"recertifying: the suite changed after the reset: the attempt starts again, the reset is not done again", obs(suitePolicy, resetOn48, attempt(1), func(o *observation) {
+			at := metav1.NewTime(t0.Add(-30 * time.Second))
+			rc := o.nh.Status.Recertification
+			rc.Remediation, rc.RemediatedAt, rc.RemediationJob = gpuhealthv1alpha1.ActionResetGPU, &at, job.Name(job.ResetGPU, "n", 1, rc.StartedAt.Time)
+			rc.Steps = []gpuhealthv1alpha1.StepResult{{Name: "nccl", Parser: gpuhealthv1alpha1.ParserNCCLTests, Result: gpuhealthv1alpha1.JobSucceeded, CompletedAt: &at}}
+		}, finding(code48)), func(g *WithT, p *plan) {
+			rc := p.status.Recertification
+			g.Expect(rc.StartedAt.Time).To(Equal(t0), "started again")
+			g.Expect(rc.Remediation).To(Equal(gpuhealthv1alpha1.ActionResetGPU))
+			g.Expect(rc.RemediatedAt).NotTo(BeNil(), "its reset is done: a new start's name would make a second one")
+		}},
 		{"certifying: a running step's parser changed: the attempt starts again, its Job goes", obs(suitePolicy, certAttempt(1), func(o *observation) {
 			o.nh.Status.Certification.Steps = []gpuhealthv1alpha1.StepResult{{Name: "dcgm", Parser: gpuhealthv1alpha1.ParserExitCode, Result: gpuhealthv1alpha1.JobRunning,
 				Job: job.StepName(job.Certification, "dcgm", "n", 1, t0.Add(-time.Minute))}}

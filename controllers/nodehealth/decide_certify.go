@@ -78,9 +78,11 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 	if why := suiteChanged(steps, rc); why != "" {
 		// The policy's suite changed under this attempt: its verdicts are
 		// of another suite. The attempt starts again (under new Job names),
-		// and the old suite's unfinished Jobs go.
+		// and the old suite's unfinished Jobs go. What it remediated with
+		// stays: the reset or reboot is not done again under a new name.
 		d.nodeEvent(corev1.EventTypeNormal, waitingReason, string(which), "%s attempt %d starts again: %s", which, rc.Attempt, why)
 		*rc = gpuhealthv1alpha1.RecertificationStatus{Attempt: rc.Attempt, StartedAt: &o.now, Result: gpuhealthv1alpha1.JobPending, Request: rc.Request,
+			Remediation: rc.Remediation, RemediatedAt: rc.RemediatedAt,
 			RemediationJob: rc.RemediationJob, RemediationStartedAt: rc.RemediationStartedAt, BootID: rc.BootID}
 		d.statusReason(waitingReason, fmt.Sprintf("attempt %d starts again: %s", rc.Attempt, why))
 		d.p.deleteJobs = len(d.runningJobs()) > 0
