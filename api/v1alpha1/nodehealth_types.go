@@ -218,6 +218,11 @@ type RecertificationStatus struct {
 	// +kubebuilder:validation:Enum=None;ResetGPU;RebootNode
 	Remediation Action `json:"remediation,omitempty"`
 
+	// diagnosedAt is when this attempt's diagnostics step was done (its
+	// Job finished, or went): it is not run again for this attempt.
+	// +optional
+	DiagnosedAt *metav1.Time `json:"diagnosedAt,omitempty"`
+
 	// remediatedAt is when this attempt's reset or reboot step was done:
 	// from then on it is not judged again (its Job may be gone, by its TTL
 	// or by hand, and is never made again for this attempt).
@@ -275,6 +280,47 @@ type RecertificationStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Request string `json:"request,omitempty"`
+}
+
+// DiagnosticsRecord names a diagnostics Job and what became of it.
+type DiagnosticsRecord struct {
+	// job is the Job's name, in the operator's namespace: `kubectl logs
+	// -n <namespace> job/<job>` prints what it collected.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Job string `json:"job"`
+
+	// before is the act it ran before: ResetGPU or RebootNode.
+	// +optional
+	// +kubebuilder:validation:Enum=ResetGPU;RebootNode
+	Before Action `json:"before,omitempty"`
+
+	// attempt is the recertification attempt it ran in.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Attempt int32 `json:"attempt,omitempty"`
+
+	// result is Pending, Running, Succeeded or Failed (it failed, or ran
+	// past its timeout; the reset or reboot went ahead anyway).
+	// +optional
+	Result JobResult `json:"result,omitempty"`
+
+	// startedAt is when the Job was created.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
+	// completedAt is when the operator saw it finished.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+
+	// keptUntil is when the Job and its log go (its retain after it finished).
+	// +optional
+	KeptUntil *metav1.Time `json:"keptUntil,omitempty"`
+
+	// message says what became of it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
 }
 
 // Membership is a node's standing in its ComputeDomain.
@@ -663,6 +709,12 @@ type NodeHealthStatus struct {
 	// the node does not wait for a budget.
 	// +optional
 	BlockingBudget BudgetName `json:"blockingBudget,omitempty"`
+
+	// diagnostics is the last diagnostics Job run before a reset or reboot
+	// of the node (policy remediation.diagnostics): its log is the
+	// evidence of what the node knew, kept until keptUntil.
+	// +optional
+	Diagnostics *DiagnosticsRecord `json:"diagnostics,omitempty"`
 
 	// preexistingCordon is true when the node was already unschedulable
 	// before gpuhealth quarantined it; gpuhealth then never uncordons it.

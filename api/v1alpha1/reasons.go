@@ -94,6 +94,12 @@ const (
 	ReasonStepPassed = "StepPassed"
 	// ReasonStepFailed: a suite step failed.
 	ReasonStepFailed = "StepFailed"
+	// ReasonDiagnosticsCollected: the diagnostics Job before a reset or
+	// reboot finished; its log is kept.
+	ReasonDiagnosticsCollected = "DiagnosticsCollected"
+	// ReasonDiagnosticsFailed: the diagnostics Job failed or ran past its
+	// timeout; the reset or reboot goes ahead.
+	ReasonDiagnosticsFailed = "DiagnosticsFailed"
 	// ReasonStepNotRun: a suite step's Job ended without its pod ever
 	// running (not schedulable, its image not pulled, its deadline reached
 	// first); it is tried again without spending an attempt.

@@ -422,8 +422,41 @@ type RemediationStep struct {
 	Timeout *Duration `json:"timeout,omitempty"`
 }
 
+// DiagnosticsStep collects what a node knows about its GPUs before a reset
+// or reboot wipes it, for the hardware vendor: a Job on the node whose log
+// is the evidence, kept for retain after it finished.
+type DiagnosticsStep struct {
+	// job is the Job to run on the node; its log is what is kept. The
+	// documented default runs `nvidia-smi -q -x` and the kernel's log
+	// (dmesg, which needs privileged) and cuts what it prints to 8 MiB.
+	// +required
+	Job JobTemplate `json:"job"`
+
+	// timeout is the Job's deadline: the reset or reboot waits for it at
+	// most this long, and goes ahead whatever the diagnostics' outcome.
+	// Default 10m.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
+	Timeout *Duration `json:"timeout,omitempty"`
+
+	// retain is how long the finished Job and its pod (with its log) are
+	// kept: the Job's ttlSecondsAfterFinished. Default 168h (a week); at
+	// most 720h.
+	// +optional
+	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1m') && duration(self) <= duration('720h')",message="retain must be a duration from 1m to 720h (30 days) such as 24h or 168h"
+	Retain *Duration `json:"retain,omitempty"`
+}
+
 // RemediationSpec lists the optional steps run before recertification.
 type RemediationSpec struct {
+	// diagnostics runs once per attempt before its reset or reboot step
+	// (before that step's approval is asked for): the evidence of what the
+	// node knew before it was wiped. Unset: no diagnostics.
+	// +optional
+	Diagnostics *DiagnosticsStep `json:"diagnostics,omitempty"`
+
 	// resetGPU runs for findings whose action is ResetGPU. Unset: such
 	// findings go straight to recertification.
 	// +optional

@@ -416,6 +416,13 @@ func printStory(w io.Writer, now time.Time, s *Story) error {
 		}
 		kv.row("Recertification:", text)
 	}
+	if dg := st.Diagnostics; dg != nil {
+		text := fmt.Sprintf("job %s before %s (attempt %d), %s", dg.Job, orNone(string(dg.Before)), dg.Attempt, orNone(string(dg.Result)))
+		if dg.KeptUntil != nil {
+			text += fmt.Sprintf(", its log kept until %s (kubectl logs job/%s in the operator's namespace)", dg.KeptUntil.UTC().Format(time.RFC3339), dg.Job)
+		}
+		kv.row("Diagnostics:", text)
+	}
 	if c := st.Certificate; c != nil {
 		kv.row("Certified:", fmt.Sprintf("suite %s, %s ago", c.Suite, age(now, c.Time.Time)))
 	}

@@ -82,7 +82,7 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 		// stays: the reset or reboot is not done again under a new name.
 		d.nodeEvent(corev1.EventTypeNormal, waitingReason, string(which), "%s attempt %d starts again: %s", which, rc.Attempt, why)
 		*rc = gpuhealthv1alpha1.RecertificationStatus{Attempt: rc.Attempt, StartedAt: &o.now, Result: gpuhealthv1alpha1.JobPending, Request: rc.Request,
-			Remediation: rc.Remediation, RemediatedAt: rc.RemediatedAt,
+			Remediation: rc.Remediation, RemediatedAt: rc.RemediatedAt, DiagnosedAt: rc.DiagnosedAt,
 			RemediationJob: rc.RemediationJob, RemediationStartedAt: rc.RemediationStartedAt, BootID: rc.BootID}
 		d.statusReason(waitingReason, fmt.Sprintf("attempt %d starts again: %s", rc.Attempt, why))
 		d.p.deleteJobs = len(d.runningJobs()) > 0

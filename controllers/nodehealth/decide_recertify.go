@@ -6,7 +6,9 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/internal/readiness"
@@ -39,8 +41,9 @@ func (d *decider) recertifying() {
 		}
 	}
 	if kind, step := remediationStep(rc.Remediation, spec.Remediation); step != nil && rc.RemediatedAt == nil {
-		// Asked before the step starts; once under way it is not stopped.
-		if rc.RemediationStartedAt == nil && rc.RemediationJob == "" && !d.approved(remediationAction(kind), attemptSubject(rc)) {
+		// Evidence first, then asked before the step starts; once under
+		// way it is not stopped.
+		if rc.RemediationStartedAt == nil && rc.RemediationJob == "" && (!d.diagnosed(kind, rc) || !d.approved(remediationAction(kind), attemptSubject(rc))) {
 			return
 		}
 		if !d.remediated(kind, step, rc) {
@@ -244,4 +247,78 @@ func (d *decider) suiteNotRun(which gpuhealthv1alpha1.Suite, rc *gpuhealthv1alph
 		d.notCertified(msg)
 	}
 	d.transition(fsm.Fail, gpuhealthv1alpha1.ReasonSuiteNotRun, msg, "")
+}
+
+const (
+	// defaultDiagnosticsTimeout is the diagnostics step's deadline when the
+	// policy does not say (its CRD default).
+	defaultDiagnosticsTimeout = 10 * time.Minute
+	// defaultDiagnosticsRetain is how long a finished diagnostics Job is
+	// kept when the policy does not say (its CRD default).
+	defaultDiagnosticsRetain = 7 * 24 * time.Hour
+	// diagnosticsGoneAfter is how long after its creation a diagnostics Job
+	// the cache does not show is taken for gone (deleted by hand) rather
+	// than not cached yet.
+	diagnosticsGoneAfter = 30 * time.Second
+)
+
+// diagnosed runs the policy's diagnostics step, once per attempt, before
+// the attempt's reset or reboot, and says whether that act may go ahead:
+// the step is done (its Job finished, or is gone) or the policy has none.
+// Its outcome never holds the act back: evidence is worth a wait of at
+// most its timeout, not a node kept out of service. The finished Job is
+// kept for the policy's retain (its TTL): its log is the evidence, named in
+// status.diagnostics and an Event.
+func (d *decider) diagnosed(kind job.Kind, rc *gpuhealthv1alpha1.RecertificationStatus) bool {
+	o, st := d.o, &d.p.status
+	spec := o.policy.Spec.Remediation.Diagnostics
+	if spec == nil || rc.DiagnosedAt != nil {
+		return true
+	}
+	retain := spec.Retain.Get(defaultDiagnosticsRetain)
+	want := job.Build(job.Diagnostics, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, spec.Job, spec.Timeout.Get(defaultDiagnosticsTimeout), o.jobEnv)
+	want.Spec.TTLSecondsAfterFinished = ptr.To(int32(retain.Seconds()))
+	live := o.jobs[want.Name]
+	rec := st.Diagnostics
+	if rec == nil || rec.Job != want.Name {
+		rec = &gpuhealthv1alpha1.DiagnosticsRecord{Job: want.Name, Before: remediationAction(kind), Attempt: rc.Attempt, StartedAt: &o.now, Result: gpuhealthv1alpha1.JobPending}
+		st.Diagnostics = rec
+		if live == nil {
+			d.p.createJobs = append(d.p.createJobs, want)
+		}
+	}
+	where := want.Namespace + "/" + want.Name
+	if live == nil {
+		if o.now.Sub(rec.StartedAt.Time) < diagnosticsGoneAfter {
+			d.statusReason(gpuhealthv1alpha1.ReasonRemediating, fmt.Sprintf("attempt %d: collecting diagnostics before %s: job %s created", rc.Attempt, rec.Before, where))
+			d.wait(jobRecheck)
+			return false
+		}
+		d.diagnosticsDone(rc, rec, gpuhealthv1alpha1.JobFailed, "job "+where+" is gone", nil)
+		return true
+	}
+	result, msg := job.Result(live)
+	if result == gpuhealthv1alpha1.JobSucceeded || result == gpuhealthv1alpha1.JobFailed {
+		until := metav1.NewTime(job.FinishedAt(live).Add(retain))
+		d.diagnosticsDone(rc, rec, result, "job "+where+": "+msg, &until)
+		return true
+	}
+	rec.Result = result
+	d.statusReason(gpuhealthv1alpha1.ReasonRemediating, fmt.Sprintf("attempt %d: collecting diagnostics before %s: job %s %s", rc.Attempt, rec.Before, where, msg))
+	d.wait(jobRecheck)
+	return false
+}
+
+// diagnosticsDone records the diagnostics step's outcome, with one Event
+// saying where its log is, and lets the reset or reboot go ahead.
+func (d *decider) diagnosticsDone(rc *gpuhealthv1alpha1.RecertificationStatus, rec *gpuhealthv1alpha1.DiagnosticsRecord, result gpuhealthv1alpha1.JobResult, msg string, until *metav1.Time) {
+	rc.DiagnosedAt = &d.o.now
+	rec.Result, rec.CompletedAt, rec.KeptUntil = result, &d.o.now, until
+	rec.Message = gpuhealthv1alpha1.Truncate(msg, 512)
+	if result != gpuhealthv1alpha1.JobSucceeded {
+		d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonDiagnosticsFailed, "Diagnose", "diagnostics before %s did not succeed (%s); %s goes ahead", rec.Before, msg, rec.Before)
+		return
+	}
+	d.nodeEvent(corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonDiagnosticsCollected, "Diagnose", "diagnostics before %s collected; kept until %s: kubectl logs -n %s job/%s",
+		rec.Before, until.UTC().Format(time.RFC3339), d.o.namespace, rec.Job)
 }

@@ -121,6 +121,20 @@ func resetOn48(o *observation) {
 
 func code48(e *gpuhealthv1alpha1.NodeHealthEvent) { e.Spec.Code = "48" }
 
+// diagnostics configures the diagnostics step: 2 minutes, kept 2 days.
+func diagnostics(o *observation) {
+	o.policy.Spec.Remediation.Diagnostics = &gpuhealthv1alpha1.DiagnosticsStep{Job: gpuhealthv1alpha1.JobTemplate{Image: "diag"}, Timeout: dur("2m"), Retain: dur("48h")}
+}
+
+// diagnosing records the attempt's diagnostics Job as created just now,
+// before a reset.
+func diagnosing(o *observation) {
+	rc := o.nh.Status.Recertification
+	rc.Remediation = gpuhealthv1alpha1.ActionResetGPU
+	o.nh.Status.Diagnostics = &gpuhealthv1alpha1.DiagnosticsRecord{Job: job.Name(job.Diagnostics, "n", 1, rc.StartedAt.Time), Before: gpuhealthv1alpha1.ActionResetGPU,
+		Attempt: 1, StartedAt: &metav1.Time{Time: t0.Add(-5 * time.Second)}, Result: gpuhealthv1alpha1.JobPending}
+}
+
 func recertJob(o *observation) {
 	o.policy.Spec.Recertification.Job = &gpuhealthv1alpha1.JobTemplate{Image: "dcgm"}
 }
@@ -516,6 +530,74 @@ func TestDecide(t *testing.T) {
 		}},
 		{"a reset whose Job succeeded is recorded done", obs(attempt(1), recertJob, resetOn48, finding(code48), liveJob(job.ResetGPU, gpuhealthv1alpha1.JobSucceeded)), func(g *WithT, p *plan) {
 			g.Expect(p.status.Recertification.RemediatedAt).To(HaveValue(Equal(metav1.NewTime(t0))))
+		}},
+		// Diagnostics before the reset.
+		{"diagnostics configured: its Job first, kept for retain, no reset yet", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48)), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			j := p.createJobs[0]
+			g.Expect(j.Labels[job.KindLabel]).To(Equal(string(job.Diagnostics)))
+			g.Expect(j.Spec.TTLSecondsAfterFinished).To(HaveValue(BeEquivalentTo(48 * 3600)))
+			g.Expect(j.Spec.ActiveDeadlineSeconds).To(HaveValue(BeEquivalentTo(120)))
+			dg := p.status.Diagnostics
+			g.Expect(dg).NotTo(BeNil())
+			g.Expect(dg.Job).To(Equal(j.Name))
+			g.Expect(dg.Before).To(Equal(gpuhealthv1alpha1.ActionResetGPU))
+			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonRemediating))
+			g.Expect(p.status.Message).To(ContainSubstring("collecting diagnostics before ResetGPU"))
+		}},
+		{"diagnostics running: the reset waits", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), diagnosing, liveJob(job.Diagnostics, gpuhealthv1alpha1.JobRunning)), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(BeEmpty())
+			g.Expect(p.status.Diagnostics.Result).To(Equal(gpuhealthv1alpha1.JobRunning))
+			g.Expect(p.status.Recertification.DiagnosedAt).To(BeNil())
+		}},
+		{"diagnostics collected: the reset goes ahead, the record says where the log is and until when", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), diagnosing,
+			liveJob(job.Diagnostics, gpuhealthv1alpha1.JobSucceeded), func(o *observation) {
+				rc := o.nh.Status.Recertification
+				o.jobs[job.Name(job.Diagnostics, "n", 1, rc.StartedAt.Time)].Status.CompletionTime = &metav1.Time{Time: t0.Add(-time.Minute)}
+			}), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.ResetGPU)))
+			dg := p.status.Diagnostics
+			g.Expect(dg.Result).To(Equal(gpuhealthv1alpha1.JobSucceeded))
+			g.Expect(dg.KeptUntil).To(HaveValue(Equal(metav1.NewTime(t0.Add(48*time.Hour - time.Minute)))))
+			g.Expect(p.status.Recertification.DiagnosedAt).To(HaveValue(Equal(metav1.NewTime(t0))))
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Normal " + gpuhealthv1alpha1.ReasonDiagnosticsCollected))
+		}},
+		{"diagnostics failed: the reset goes ahead anyway, said in a Warning", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), diagnosing,
+			liveJob(job.Diagnostics, gpuhealthv1alpha1.JobFailed)), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.ResetGPU)))
+			g.Expect(p.status.Diagnostics.Result).To(Equal(gpuhealthv1alpha1.JobFailed))
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Warning " + gpuhealthv1alpha1.ReasonDiagnosticsFailed))
+		}},
+		{"diagnostics Job not cached yet just after its creation: waits, not made again", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), diagnosing), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(BeEmpty())
+			g.Expect(p.status.Recertification.DiagnosedAt).To(BeNil())
+		}},
+		{"diagnostics Job gone long after its creation: the reset goes ahead", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), diagnosing, func(o *observation) {
+			at := metav1.NewTime(t0.Add(-time.Minute))
+			o.nh.Status.Diagnostics.StartedAt = &at
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.ResetGPU)))
+			g.Expect(p.status.Diagnostics.Message).To(ContainSubstring("is gone"))
+		}},
+		{"diagnostics done in this attempt: not again", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), func(o *observation) {
+			at := metav1.NewTime(t0.Add(-time.Minute))
+			o.nh.Status.Recertification.DiagnosedAt = &at
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.ResetGPU)))
+		}},
+		{"diagnostics, then approval: collected before the act waits for a person", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), approvalFor(gpuhealthv1alpha1.ActionResetGPU)), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.Diagnostics)))
+			g.Expect(p.status.Approval).To(BeNil(), "asked once the evidence is in")
+		}},
+		{"no reset in this attempt: no diagnostics", obs(attempt(1), recertJob, diagnostics, finding()), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.Recertification)))
+			g.Expect(p.status.Diagnostics).To(BeNil())
 		}},
 		{"recertification Job failed: back to quarantine", obs(attempt(1), recertJob, finding(), liveJob(job.Recertification, gpuhealthv1alpha1.JobFailed)), func(g *WithT, p *plan) {
 			g.Expect(phasesOf(p)).To(Equal([]gpuhealthv1alpha1.NodeHealthPhase{quarantined}))

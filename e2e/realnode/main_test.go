@@ -280,6 +280,10 @@ policy:
       skipNamespaces: [kube-system, %[7]s]
       timeout: 5m
     remediation:
+      diagnostics:
+        job: {image: %[8]s, command: [/testjob, --sleep=1s, diagnostics]}
+        timeout: 1m
+        retain: 2h
       resetGPU:
         job: {image: %[8]s, command: [/testjob, --sleep=6s, reset-gpu], privileged: false}
         timeout: 2m

@@ -169,8 +169,8 @@ func testXIDCycle(t *testing.T) {
 	g.Eventually(func(g Gomega) bool { return quarantined(g, env.Node) || node(g, env.Node).Spec.Unschedulable }).Should(BeFalse(), "uncordoned, untainted")
 	t.Logf("Healthy again after %s; kubectl get nodehealth %s:\n%s", time.Since(start).Round(time.Millisecond), env.Node, kubectl(t, "get", "nodehealth", env.Node))
 
-	want := map[job.Kind][]string{job.ResetGPU: {"testjob"}, job.Recertification: {`"DCGM Diagnostic"`, "# Avg bus bandwidth"}}
-	for _, kind := range []job.Kind{job.ResetGPU, job.Recertification} {
+	want := map[job.Kind][]string{job.Diagnostics: {"testjob"}, job.ResetGPU: {"testjob"}, job.Recertification: {`"DCGM Diagnostic"`, "# Avg bus bandwidth"}}
+	for _, kind := range []job.Kind{job.Diagnostics, job.ResetGPU, job.Recertification} {
 		js := jobsSince(g, kind, start)
 		g.Expect(js).To(HaveLen(len(want[kind])), "one %s Job per step", kind)
 		for _, j := range js {
@@ -186,6 +186,18 @@ func testXIDCycle(t *testing.T) {
 			t.Logf("kubectl logs job/%s (first lines):\n%s", j.Name, firstLines(logs, 6))
 		}
 	}
+	// The evidence was collected before the reset, and is kept.
+	diag, reset := jobsSince(g, job.Diagnostics, start)[0], jobsSince(g, job.ResetGPU, start)[0]
+	g.Expect(diag.CreationTimestamp.Time).NotTo(BeTemporally(">", reset.CreationTimestamp.Time), "diagnostics before the reset")
+	g.Expect(diag.Spec.TTLSecondsAfterFinished).To(HaveValue(BeEquivalentTo(7200)), "kept for the policy's retain")
+	dg := nodeHealthOf(g, env.Node).Status.Diagnostics
+	g.Expect(dg).NotTo(BeNil())
+	g.Expect(dg.Job).To(Equal(diag.Name))
+	g.Expect(dg.Before).To(Equal(gpuhealthv1alpha1.ActionResetGPU))
+	g.Expect(dg.Result).To(Equal(gpuhealthv1alpha1.JobSucceeded))
+	g.Expect(dg.KeptUntil).NotTo(BeNil())
+	t.Logf("status.diagnostics: job %s %s, kept until %s", dg.Job, dg.Result, dg.KeptUntil.UTC().Format(time.RFC3339))
+
 	cert := nodeHealthOf(g, env.Node).Status.Certificate
 	g.Expect(cert).NotTo(BeNil(), "the recertification suite passed: a certificate")
 	g.Expect(cert.Suite).To(Equal(gpuhealthv1alpha1.SuiteRecertification))
@@ -369,7 +381,6 @@ func testStepThatCannotRunIsNotRun(t *testing.T) {
 	notRun := kubectl(t, "get", "events", "-A", "--field-selector", "reason="+gpuhealthv1alpha1.ReasonStepNotRun, "-o", "jsonpath={.items[*].message}")
 	t.Logf("StepNotRun: %s", notRun)
 	g.Expect(notRun).To(And(ContainSubstring("never ran within its 20s deadline"), ContainSubstring("Insufficient example.com/absent"), ContainSubstring("trying again, no attempt spent")))
-
 
 	patch(5, suite(""))
 	g.Eventually(phase(env.Node), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))

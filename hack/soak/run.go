@@ -33,7 +33,7 @@ import (
 const soakPolicy = `{"spec":{
   "certification":{"newNodes":false,"backoff":"2s","steps":` + kwokStep + `},
   "recertification":{"soakWindow":"3s","backoff":"2s","maxAttempts":2,"steps":` + kwokStep + `},
-  "remediation":{"rebootNode":{"timeout":"2m"},"resetGPU":{"timeout":"2m"}},
+  "remediation":{"diagnostics":null,"rebootNode":{"timeout":"2m"},"resetGPU":{"timeout":"2m"}},
   "circuitBreaker":{"enabled":false},
   "computeDomain":{"singleReportTaintsClique":true},
   "drain":{"timeout":"5m"},

@@ -38,6 +38,8 @@ const (
 	Certification Kind = "cert"
 	// CliqueCertification proves an NVLink clique's fabric after a fault.
 	CliqueCertification Kind = "clique"
+	// Diagnostics collects what the node knows before a reset or reboot.
+	Diagnostics Kind = "diag"
 )
 
 const (

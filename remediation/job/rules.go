@@ -49,7 +49,7 @@ type Rules struct {
 }
 
 // Kinds are the Job kinds by name, for the chart's jobs.privilegedSteps.
-var Kinds = []Kind{Certification, Recertification, ResetGPU, RebootNode, CliqueCertification}
+var Kinds = []Kind{Certification, Recertification, ResetGPU, RebootNode, CliqueCertification, Diagnostics}
 
 // Validate says what is wrong with the rules themselves: a prefix that
 // does not end a registry, path or tag, an unknown kind, an empty name.
@@ -87,6 +87,9 @@ type template struct {
 // templates are the policy's Job templates in spec order.
 func templates(spec *gpuhealthv1alpha1.RemediationPolicySpec) []template {
 	var out []template
+	if s := spec.Remediation.Diagnostics; s != nil {
+		out = append(out, template{"spec.remediation.diagnostics.job", Diagnostics, &s.Job})
+	}
 	if s := spec.Remediation.ResetGPU; s != nil {
 		out = append(out, template{"spec.remediation.resetGPU.job", ResetGPU, &s.Job})
 	}

@@ -15,18 +15,20 @@ var installRules = Rules{
 	ServiceAccount:         DefaultServiceAccount,
 	Reserved:               []string{"gpuhealth-operator", "gpuhealth-monitor"},
 	AllowedServiceAccounts: []string{"dcgm-exporter"},
-	PrivilegedKinds:        []Kind{ResetGPU, RebootNode},
+	PrivilegedKinds:        []Kind{ResetGPU, RebootNode, Diagnostics},
 	ImagePrefixes:          []string{"nvcr.io/nvidia/", "registry.k8s.io/e2e-test-images/agnhost:", "ghcr.io/gpuhealth/"},
 }
 
-// samplePolicy is the shape of config/samples' policy: a privileged reset
-// and reboot, and a two-step suite from NVIDIA's registry.
+// samplePolicy is the shape of config/samples' policy: privileged
+// diagnostics, reset and reboot, and a two-step suite from NVIDIA's registry.
 func samplePolicy() *gpuhealthv1alpha1.RemediationPolicySpec {
 	suite := []gpuhealthv1alpha1.SuiteStep{
 		{Name: "dcgm-diag", Job: gpuhealthv1alpha1.JobTemplate{Image: "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"}},
 		{Name: "nccl-allreduce", Job: gpuhealthv1alpha1.JobTemplate{Image: "nvcr.io/nvidia/pytorch:26.01-py3"}},
 	}
 	s := &gpuhealthv1alpha1.RemediationPolicySpec{}
+	s.Remediation.Diagnostics = &gpuhealthv1alpha1.DiagnosticsStep{Job: gpuhealthv1alpha1.JobTemplate{
+		Image: "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04", Privileged: true}}
 	s.Remediation.RebootNode = &gpuhealthv1alpha1.RemediationStep{Job: gpuhealthv1alpha1.JobTemplate{
 		Image: "registry.k8s.io/e2e-test-images/agnhost:2.53", Privileged: true, HostPID: true}}
 	s.Remediation.ResetGPU = &gpuhealthv1alpha1.RemediationStep{Job: gpuhealthv1alpha1.JobTemplate{
@@ -59,7 +61,7 @@ func TestBreaches(t *testing.T) {
 		{
 			name:  "a privileged suite step is refused",
 			rules: installRules, change: func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Certification.Steps[0].Job.Privileged = true },
-			want: []string{"spec.certification.steps[dcgm-diag].job: privileged is allowed only for steps reset, reboot, not cert"},
+			want: []string{"spec.certification.steps[dcgm-diag].job: privileged is allowed only for steps reset, reboot, diag, not cert"},
 		},
 		{
 			name:  "hostPID on the recertification job is refused",
@@ -67,23 +69,29 @@ func TestBreaches(t *testing.T) {
 				s.Recertification.Steps = nil
 				s.Recertification.Job = &gpuhealthv1alpha1.JobTemplate{Image: "nvcr.io/nvidia/cuda:12", HostPID: true}
 			},
-			want: []string{"spec.recertification.job: hostPID is allowed only for steps reset, reboot, not recert"},
+			want: []string{"spec.recertification.job: hostPID is allowed only for steps reset, reboot, diag, not recert"},
 		},
 		{
 			name:  "a privileged clique test is refused unless the install allows clique",
 			rules: installRules, change: func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
 				s.ComputeDomain.CliqueCertification = &gpuhealthv1alpha1.CliqueCertificationSpec{Job: gpuhealthv1alpha1.JobTemplate{Image: "nvcr.io/nvidia/pytorch:26.01-py3", Privileged: true}}
 			},
-			want: []string{"spec.computeDomain.cliqueCertification.job: privileged is allowed only for steps reset, reboot, not clique"},
+			want: []string{"spec.computeDomain.cliqueCertification.job: privileged is allowed only for steps reset, reboot, diag, not clique"},
 		},
 		{
-			name:  "an install that allows no privileged step refuses the sample's reset and reboot",
+			name:  "an install that allows no privileged step refuses the sample's diagnostics, reset and reboot",
 			rules: func() Rules { r := installRules; r.PrivilegedKinds = nil; return r }(),
 			want: []string{
+				"spec.remediation.diagnostics.job: privileged is allowed only for steps none, not diag",
 				"spec.remediation.resetGPU.job: privileged is allowed only for steps none, not reset",
 				"spec.remediation.rebootNode.job: privileged is allowed only for steps none, not reboot",
 				"spec.remediation.rebootNode.job: hostPID is allowed only for steps none, not reboot",
 			},
+		},
+		{
+			name:  "privileged diagnostics are refused where the install allows only reset and reboot",
+			rules: func() Rules { r := installRules; r.PrivilegedKinds = []Kind{ResetGPU, RebootNode}; return r }(),
+			want:  []string{"spec.remediation.diagnostics.job: privileged is allowed only for steps reset, reboot, not diag"},
 		},
 		{
 			name:  "the operator's service account is refused even when the install lists it",
