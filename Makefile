@@ -127,7 +127,8 @@ unit: controlplane $(HELM) ## Run unit and envtest suites (the chart's tests run
 # seed corpora also run as plain tests in `make unit`.
 FUZZ_TARGETS := api/xid:FuzzLookup monitors/kmsg:FuzzParse monitors/metrics:FuzzBearer monitors/imex:FuzzParseDaemonStatus \
 	monitors/imex:FuzzParseDomainStatus monitors/fakenvml:FuzzParseScenario monitors/agent:FuzzParseConfig \
-	remediation/suite:FuzzParseNCCLTests remediation/suite:FuzzParseDCGMDiag remediation/handoff:FuzzRender
+	remediation/suite:FuzzParseNCCLTests remediation/suite:FuzzParseDCGMDiag remediation/handoff:FuzzRender \
+	remediation/devicetaint:FuzzParseWouldEvict
 FUZZTIME ?= 3s
 # make fuzz keeps one instrumented test binary per package here: a package
 # with two targets is linked once, and a later run relinks only what changed.
