@@ -112,6 +112,23 @@ func (e Entry) Summary() string {
 	return e.Description
 }
 
+// PerGPU says whether the fault can be handled on the reporting GPU alone:
+// its action is a reset of that GPU, which NVIDIA says clears it, and it is
+// not in what other GPUs share — an NVLink link (74, and NVLink5's 144 to
+// 150 whatever their row says) or Fabric Manager's registration (a solo
+// 45) — which the node's workflow handles. A fault that asks for a reboot,
+// a person or nothing is not per GPU.
+func (e Entry) PerGPU() bool {
+	if e.Action != resetGPU || e.XID >= 144 && e.XID <= 150 {
+		return false
+	}
+	switch e.Bucket {
+	case bucketNVLinkErr, bucketNVLink5, bucketXID45:
+		return false
+	}
+	return true
+}
+
 // verdict is a severity and action with the reason for them.
 type verdict struct {
 	severity gpuhealthv1alpha1.Severity
@@ -137,6 +154,7 @@ const (
 	bucketXID45     = "WORKFLOW_XID_45"
 	bucketXID48     = "WORKFLOW_XID_48"
 	bucketNVLink5   = "WORKFLOW_NVLINK5_ERR"
+	bucketNVLinkErr = "WORKFLOW_NVLINK_ERR"
 	bucketXID154    = "XID_154"
 	bucketCheckUVM  = "CHECK_UVM"
 	bucket154Eval   = "XID_154_EVAL"
@@ -157,7 +175,7 @@ var buckets = map[string]verdict{
 	"CONTACT_SUPPORT":   {fatal, contactSupport, "NVIDIA says to contact support (CONTACT_SUPPORT)"},
 	"CHECK_MECHANICALS": {fatal, contactSupport, "NVIDIA says to check seating and connections, which needs a person (CHECK_MECHANICALS)"},
 	"UPDATE_SWFW":       {fatal, contactSupport, "NVIDIA says to update software and firmware, which needs a person (UPDATE_SWFW)"},
-	"WORKFLOW_NVLINK_ERR": {fatal, resetGPU,
+	bucketNVLinkErr: {fatal, resetGPU,
 		"an NVLink error: NVIDIA says a GPU reset or node reboot is needed to clear it (WORKFLOW_NVLINK_ERR)"},
 	"RESTART_APP":  {info, none, "an application fault: NVIDIA's action is to restart the application, not the GPU (RESTART_APP)"},
 	bucketIgnore:   {info, none, "NVIDIA says no action is required (IGNORE)"},

@@ -250,3 +250,33 @@ func FuzzLookup(f *testing.F) {
 		}
 	})
 }
+
+// Which faults a GPU reset clears on the reporting GPU alone: a reset
+// verdict, not in a shared link or fabric.
+func TestPerGPU(t *testing.T) {
+	cases := []struct {
+		code    int
+		message string
+		recent  []int
+		want    bool
+	}{
+		{48, "", nil, true}, // a double-bit ECC error: reset the GPU
+		{48, "", []int{63}, true},
+		{119, "", nil, true}, // GSP RPC timeout: reset the GPU
+		{79, "", nil, false}, // fallen off the bus: reboot the node
+		{74, "", nil, false}, // an NVLink error: the link's other end too
+		{45, "", nil, false}, // a solo 45: Fabric Manager's registration
+		{13, "", nil, false}, // an application's fault: nothing to reset
+		{95, "", nil, true},  // uncontained ECC: reset the GPU
+		{154, "GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", nil, true},
+		{154, "GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)", nil, false},
+		{145, "", nil, false},   // NVLink5, whatever its row says
+		{99999, "", nil, false}, // unknown: a person decides
+	}
+	for _, tc := range cases {
+		e := Classify(tc.code, tc.message, tc.recent)
+		if got := e.PerGPU(); got != tc.want {
+			t.Errorf("XID %d %q (%s/%s, %s): PerGPU() = %v, want %v", tc.code, tc.message, e.Severity, e.Action, e.Bucket, got, tc.want)
+		}
+	}
+}

@@ -112,11 +112,23 @@ func render() string {
 		}
 	}
 
-	fmt.Fprintf(&b, "\nEvery XID of the catalog (the verdict with no kernel line and no other XID; the workflows above refine it per occurrence):\n\n")
-	fmt.Fprintf(&b, "| XID | mnemonic | NVIDIA's description | GPUs | immediate | investigatory | verdict | why |\n|---|---|---|---|---|---|---|---|\n")
+	var perGPU []int
 	for _, e := range xid.Entries() {
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s / %s | %s |\n", e.XID, cell(e.Mnemonic), cell(e.Description),
-			gens(e.AppliesTo), cell(e.Bucket), cell(e.Investigatory), e.Severity, e.Action, cell(e.Reason))
+		if e.PerGPU() {
+			perGPU = append(perGPU, e.XID)
+		}
+	}
+	fmt.Fprintf(&b, "\n**One GPU.** A reset of the reporting GPU clears these XIDs, and they are in nothing other GPUs share, so they can be handled on that GPU alone: %s (and XID 154 when its recovery action is a GPU reset). The others ask for a reboot or a person, or are in an NVLink link or Fabric Manager's registration (74, 45, 144–150), and need the node.\n", spans(perGPU))
+
+	fmt.Fprintf(&b, "\nEvery XID of the catalog (the verdict with no kernel line and no other XID; the workflows above refine it per occurrence):\n\n")
+	fmt.Fprintf(&b, "| XID | mnemonic | NVIDIA's description | GPUs | immediate | investigatory | verdict | one GPU | why |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, e := range xid.Entries() {
+		one := ""
+		if e.PerGPU() {
+			one = "yes"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s / %s | %s | %s |\n", e.XID, cell(e.Mnemonic), cell(e.Description),
+			gens(e.AppliesTo), cell(e.Bucket), cell(e.Investigatory), e.Severity, e.Action, one, cell(e.Reason))
 	}
 
 	fmt.Fprintf(&b, "\nNVLink5 XIDs 144 to 150 are decoded from the line's IntrInfo and error status registers with NVIDIA's decode sheet (%d rows); the row's recovery action decides:\n\n", len(xid.DecodeRows()))
