@@ -438,6 +438,7 @@ func TestDecideCertification(t *testing.T) {
 		{"certifying: a pod seen ready marks the step as running", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 0),
 			stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobRunning, nil)), func(g *WithT, p *plan) {
 			g.Expect(p.status.Certification.Steps[0].RunningAt).NotTo(BeNil())
+			g.Expect(p.status.Certification.Steps[0].Message).To(BeEmpty(), "no longer waiting")
 		}},
 		{"certifying: the last try never ran: Failed with SuiteNotRun, not handed off", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 2),
 			stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobNotRun, nil)), func(g *WithT, p *plan) {

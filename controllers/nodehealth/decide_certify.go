@@ -117,6 +117,9 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 		}
 		if sr.RunningAt == nil && job.Ran(live) {
 			sr.RunningAt = &o.now
+			if strings.HasPrefix(sr.Message, waitingPrefix) {
+				sr.Message = "" // it waits no more
+			}
 		}
 		result, msg := job.Result(live)
 		if result == gpuhealthv1alpha1.JobFailed && sr.RunningAt == nil && job.DeadlineExceeded(live) {
