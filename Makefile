@@ -197,8 +197,8 @@ demo-down: ## Remove the demo cluster and stop its processes.
 # joined by "+" run side by side (each its own make, its output held and
 # printed whole when it ends, as make -O does; the table gives each its
 # own time and the group's in total). The real-node tier and the soak
-# smoke mostly wait on timers, so they share the machine: 3m41s + 3m22s
-# one after the other, 3m42s together. They do not share ports: clusters
+# smoke mostly wait on timers, so they share the machine: 4m38s and 3m34s
+# of their own, 4m39s together (docs/e2e.md). They do not share ports: clusters
 # are created one at a time under a lock (e2e/framework's lockPorts), and
 # the harnesses' own processes take ports below kwokctl's and the
 # kernel's ephemeral range (framework.FreeAddr).
