@@ -65,6 +65,10 @@ var ErrNotPublished = errors.New("the GPU is not published as a device in the dr
 // is neither changed nor deleted.
 var ErrNotOurs = errors.New("the DeviceTaintRule was not made by gpuhealth")
 
+// ErrNameTaken says gpuhealth's rule of that name taints another device
+// (two node and device names that join alike): it is not moved.
+var ErrNameTaken = errors.New("gpuhealth's DeviceTaintRule of that name taints another device")
+
 // Device is one device of a DRA driver: what a DeviceTaintRule selects.
 type Device struct {
 	// Driver, Pool and Name select the device (all three are set in a rule).
@@ -96,14 +100,18 @@ func Find(ctx context.Context, r client.Reader, driver, node, uuid string) (Devi
 
 // findIn is Find's search over slices already read. Pure.
 func findIn(list []resourcev1.ResourceSlice, driver, node, uuid string) (Device, bool) {
+	mine := func(s *resourcev1.ResourceSliceSpec) bool {
+		return s.Driver == driver && ptr.Deref(s.NodeName, "") == node
+	}
 	newest := map[string]int64{}
 	for i := range list {
-		p := list[i].Spec.Pool
-		newest[p.Name] = max(newest[p.Name], p.Generation)
+		if s := &list[i].Spec; mine(s) {
+			newest[s.Pool.Name] = max(newest[s.Pool.Name], s.Pool.Generation)
+		}
 	}
 	for i := range list {
 		s := &list[i].Spec
-		if s.Driver != driver || ptr.Deref(s.NodeName, "") != node || s.Pool.Generation < newest[s.Pool.Name] {
+		if !mine(s) || s.Pool.Generation < newest[s.Pool.Name] {
 			continue
 		}
 		for _, d := range s.Devices {
@@ -199,11 +207,19 @@ func Ensure(ctx context.Context, c client.Client, want *resourcev1.DeviceTaintRu
 	if !Ours(live) {
 		return nil, fmt.Errorf("DeviceTaintRule %s: %w", want.Name, ErrNotOurs)
 	}
+	if live.Labels[NodeLabel] != want.Labels[NodeLabel] || !equality.Semantic.DeepEqual(live.Spec.DeviceSelector, want.Spec.DeviceSelector) {
+		return nil, fmt.Errorf("DeviceTaintRule %s: %w", want.Name, ErrNameTaken)
+	}
 	if sameSpec(live.Spec, want.Spec) {
 		return live, nil
 	}
-	live.Spec.DeviceSelector = want.Spec.DeviceSelector
-	live.Spec.Taint = resourcev1.DeviceTaint{Key: want.Spec.Taint.Key, Value: want.Spec.Taint.Value, Effect: want.Spec.Taint.Effect}
+	taint := resourcev1.DeviceTaint{Key: want.Spec.Taint.Key, Value: want.Spec.Taint.Value, Effect: want.Spec.Taint.Effect}
+	if taint.Effect == live.Spec.Taint.Effect {
+		// Only the reason changes: the eviction clock, which counts from
+		// timeAdded, does not start again.
+		taint.TimeAdded = live.Spec.Taint.TimeAdded
+	}
+	live.Spec.Taint = taint
 	if err := c.Update(ctx, live); err != nil {
 		return nil, fmt.Errorf("updating DeviceTaintRule %s: %w", want.Name, err)
 	}
@@ -219,7 +235,8 @@ func sameSpec(a, b resourcev1.DeviceTaintRuleSpec) bool {
 
 // Remove deletes gpuhealth's rule of that name, as read (UID precondition):
 // the device is in service again. Gone already is done; a rule someone
-// else made is ErrNotOurs and stays.
+// else made is ErrNotOurs and stays. c reads from the apiserver: a cache
+// that has not seen a new rule would read it as gone.
 func Remove(ctx context.Context, c client.Client, name string) error {
 	live := &resourcev1.DeviceTaintRule{}
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, live); err != nil {
@@ -251,11 +268,12 @@ var wouldEvict = regexp.MustCompile(`(?:^|[ .])(\d{1,9}) pods? would be evicted`
 
 // DryRun reads what kube-controller-manager's device-taint eviction
 // controller says a None rule would do: the pods it would evict were the
-// effect NoExecute, from the EvictionInProgress condition (reason NoEffect)
-// of the rule's current generation. ok is false until it said so.
+// effect NoExecute, from the EvictionInProgress condition's message for
+// the rule's current generation (its reason, NoEffect at 1.37, is not
+// promised to stay). ok is false until it said so.
 func DryRun(r *resourcev1.DeviceTaintRule) (pods int, ok bool) {
 	c := meta.FindStatusCondition(r.Status.Conditions, resourcev1.DeviceTaintConditionEvictionInProgress)
-	if c == nil || c.Reason != "NoEffect" || c.ObservedGeneration != r.Generation {
+	if r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNone || c == nil || c.ObservedGeneration != r.Generation {
 		return 0, false
 	}
 	return parseWouldEvict(c.Message)

@@ -70,6 +70,7 @@ func TestFindIn(t *testing.T) {
 		{"the newest generation holds it", []resourcev1.ResourceSlice{*NVIDIASlice("n1", 1, uuids[4:]...), *NVIDIASlice("n1", 2, uuids...)}, uuids[3], "gpu-3", true},
 		{"another node's slice", []resourcev1.ResourceSlice{*NVIDIASlice("n2", 1, uuids...)}, uuids[3], "", false},
 		{"another driver's slice", []resourcev1.ResourceSlice{*other}, uuids[3], "", false},
+		{"another driver's newer pool of the same name does not hide this one", []resourcev1.ResourceSlice{*other, *NVIDIASlice("n1", 2, uuids...)}, uuids[3], "gpu-3", true},
 		{"an unknown GPU", []resourcev1.ResourceSlice{*NVIDIASlice("n1", 1, uuids...)}, "GPU-unknown", "", false},
 	}
 	for _, tc := range cases {

@@ -56,6 +56,17 @@ func TestRuleLifecycle(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again.ResourceVersion).To(Equal(got.ResourceVersion), "nothing to change: nothing written")
 
+	reason, err := devicetaint.Ensure(ctx, k8sClient, devicetaint.Rule(d, resourcev1.DeviceTaintEffectNoSchedule, "XID-79"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(reason.Spec.Taint.Value).To(Equal("XID-79"))
+	g.Expect(reason.Spec.Taint.TimeAdded).To(Equal(got.Spec.Taint.TimeAdded), "a new reason does not restart the eviction clock")
+
+	// Another device whose rule name joins alike: not moved onto it.
+	clash := devicetaint.Rule(devicetaint.Device{Driver: d.Driver, Pool: "dt-node", Name: "a-gpu-3", Node: "dt-node"}, resourcev1.DeviceTaintEffectNoSchedule, "XID-48")
+	g.Expect(clash.Name).To(Equal(want.Name))
+	_, err = devicetaint.Ensure(ctx, k8sClient, clash)
+	g.Expect(err).To(MatchError(devicetaint.ErrNameTaken))
+
 	noExecute := devicetaint.Rule(d, resourcev1.DeviceTaintEffectNoExecute, "XID-48")
 	changed, err := devicetaint.Ensure(ctx, k8sClient, noExecute)
 	g.Expect(err).NotTo(HaveOccurred())
