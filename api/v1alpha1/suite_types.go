@@ -255,7 +255,8 @@ type StepResult struct {
 	RunningAt *metav1.Time `json:"runningAt,omitempty"`
 
 	// notRun counts the step's tries whose Job ended without running; the
-	// current try's Job name ends in -t<notRun> when it is not 0.
+	// current try's Job name writes its attempt <attempt>t<notRun> when it
+	// is not 0.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	NotRun int32 `json:"notRun,omitempty"`

@@ -425,7 +425,7 @@ func TestDecideCertification(t *testing.T) {
 		}), func(g *WithT, p *plan) {
 			g.Expect(p.createJobs).To(HaveLen(1))
 			g.Expect(p.createJobs[0].Name).To(Equal(job.StepTryName(job.Certification, "dcgm", "n", 1, t0.Add(-time.Minute), 1)))
-			g.Expect(p.createJobs[0].Name).To(ContainSubstring("-dcgm-t1-"))
+			g.Expect(p.createJobs[0].Name).To(ContainSubstring("-1t1-"))
 		}},
 		{"certifying: a step that ran and then hit its deadline failed its test", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 0), func(o *observation) {
 			at := metav1.NewTime(t0.Add(-50 * time.Second))
@@ -434,6 +434,12 @@ func TestDecideCertification(t *testing.T) {
 			g.Expect(p.status.Certification.Result).To(Equal(gpuhealthv1alpha1.JobFailed))
 			g.Expect(p.status.Certification.Steps[0].Result).To(Equal(gpuhealthv1alpha1.JobFailed))
 			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonCertificationFailed))
+		}},
+		{"certifying: a step never seen waiting nor running that hit its deadline failed: no evidence it never ran", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 0), func(o *observation) {
+			o.nh.Status.Certification.Steps[0].Message = ""
+		}, stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobNotRun, []byte("Running test Memory...\n"))), func(g *WithT, p *plan) {
+			g.Expect(p.status.Certification.Steps[0].Result).To(Equal(gpuhealthv1alpha1.JobFailed))
+			g.Expect(p.status.Certification.Steps[0].NotRun).To(BeZero())
 		}},
 		{"certifying: a pod seen ready marks the step as running", obs(suitePolicy, certAttempt(1), stepWaiting(certStatus, "dcgm", 0),
 			stepJob(job.Certification, certStatus, "dcgm", gpuhealthv1alpha1.JobRunning, nil)), func(g *WithT, p *plan) {

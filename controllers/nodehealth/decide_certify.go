@@ -122,7 +122,10 @@ func (d *decider) runSuite(kind job.Kind, which gpuhealthv1alpha1.Suite, steps [
 			}
 		}
 		result, msg := job.Result(live)
-		if result == gpuhealthv1alpha1.JobFailed && sr.RunningAt == nil && job.DeadlineExceeded(live) {
+		if result == gpuhealthv1alpha1.JobFailed && sr.RunningAt == nil && job.DeadlineExceeded(live) && strings.HasPrefix(sr.Message, waitingPrefix) {
+			// Never seen running, and seen waiting: it never ran. (Without
+			// a wait seen — the pod's reason unread — it is taken as a
+			// failure, as a test that hung would be.)
 			return d.stepNotRun(which, rc, sr, progress, live, timeout, maxNotRun, waitingReason)
 		}
 		if result != gpuhealthv1alpha1.JobSucceeded && result != gpuhealthv1alpha1.JobFailed {

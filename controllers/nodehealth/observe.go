@@ -248,17 +248,21 @@ func (r *Reconciler) readOutputs(ctx context.Context, o *observation) map[string
 	if o.nh.Status.Phase == gpuhealthv1alpha1.PhaseCertifying {
 		rc = o.nh.Status.Certification
 	}
-	judged := map[string]bool{}
+	// Only a step's current Job, while the step has no verdict: never an
+	// earlier try's (one that never ran) or a judged step's.
+	current := map[string]bool{}
 	if rc != nil {
 		for _, s := range rc.Steps {
-			if s.Result == gpuhealthv1alpha1.JobSucceeded || s.Result == gpuhealthv1alpha1.JobFailed {
-				judged[s.Job] = true
+			switch s.Result {
+			case gpuhealthv1alpha1.JobSucceeded, gpuhealthv1alpha1.JobFailed, gpuhealthv1alpha1.JobNotRun:
+			default:
+				current[s.Job] = s.Job != ""
 			}
 		}
 	}
 	out := map[string]jobOutput{}
 	for _, j := range suiteJobs(o) {
-		if j.Labels[job.ParserLabel] == string(gpuhealthv1alpha1.ParserExitCode) || judged[j.Name] {
+		if j.Labels[job.ParserLabel] == string(gpuhealthv1alpha1.ParserExitCode) || !current[j.Name] {
 			continue
 		}
 		if res, _ := job.Result(j); res != gpuhealthv1alpha1.JobSucceeded && res != gpuhealthv1alpha1.JobFailed {

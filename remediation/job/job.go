@@ -72,9 +72,14 @@ const (
 // name it just saw deleted). Long node names are cut and hashed to keep the
 // name within 63 characters (the Job controller copies it into a label).
 func Name(kind Kind, node string, attempt int32, started time.Time) string {
+	return nameOf(kind, node, strconv.Itoa(int(attempt)), started)
+}
+
+// nameOf is Name with the attempt's token as it is written in the name.
+func nameOf(kind Kind, node, attempt string, started time.Time) string {
 	prefix := "gpuhealth-" + string(kind) + "-"
 	at := sha256.Sum256([]byte(started.UTC().Format(time.RFC3339)))
-	suffix := "-" + strconv.Itoa(int(attempt)) + "-" + hex.EncodeToString(at[:])[:5]
+	suffix := "-" + attempt + "-" + hex.EncodeToString(at[:])[:5]
 	if len(prefix)+len(node)+len(suffix) <= 63 {
 		return prefix + node + suffix
 	}

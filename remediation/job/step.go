@@ -17,17 +17,20 @@ func StepName(kind Kind, step, node string, attempt int32, started time.Time) st
 
 // StepTryName is StepName for a step's try: a try after one whose Job
 // never ran gets a Job of its own (the one that never ran stays, finished,
-// for its TTL), named with "-t<try>" after the step's name. Try 0 is
-// StepName; a step without a name (recertification.job) keeps Name's form.
+// for its TTL), its attempt written "<attempt>t<try>" near the end of the
+// name, where no step or node name reaches: step a's try 1 is never step
+// a-t1's Job. Try 0 is StepName; a step without a name
+// (recertification.job) keeps Name's form.
 func StepTryName(kind Kind, step, node string, attempt int32, started time.Time, try int32) string {
 	k := string(kind)
 	if step != "" {
 		k += "-" + step
 	}
+	token := strconv.Itoa(int(attempt))
 	if try > 0 {
-		k += "-t" + strconv.Itoa(int(try))
+		token += "t" + strconv.Itoa(int(try))
 	}
-	return Name(Kind(k), node, attempt, started)
+	return nameOf(Kind(k), node, token, started)
 }
 
 // BuildStep returns the Job of one suite step's try for a node, as Build

@@ -20,8 +20,9 @@ func TestStepTryName(t *testing.T) {
 	g.Expect(StepTryName(Certification, "dcgm", "n", 1, at, 0)).To(Equal(StepName(Certification, "dcgm", "n", 1, at)))
 	g.Expect(StepTryName(Certification, "", "n", 1, at, 0)).To(Equal(Name(Certification, "n", 1, at)), "recertification.job keeps Build's name")
 	tried := StepTryName(Certification, "dcgm", "n", 1, at, 2)
-	g.Expect(tried).To(ContainSubstring("-dcgm-t2-"))
+	g.Expect(tried).To(HavePrefix("gpuhealth-cert-dcgm-n-1t2-"))
 	g.Expect(tried).NotTo(Equal(StepName(Certification, "dcgm", "n", 1, at)))
+	g.Expect(StepTryName(Certification, "a", "n", 1, at, 1)).NotTo(Equal(StepName(Certification, "a-t1", "n", 1, at)), "a step named like another's try")
 	long := StepTryName(Recertification, "sixteen-chars-ab", strings.Repeat("n", 63), 20, at, 19)
 	g.Expect(len(long)).To(BeNumerically("<=", 63))
 }
