@@ -118,6 +118,13 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan, t *tick
 	}
 	for _, want := range p.createJobs {
 		if _, err := job.Ensure(ctx, r.Client, want); err != nil {
+			if want.Labels[job.KindLabel] == string(job.Diagnostics) {
+				// Evidence never holds the reset back: a diagnostics Job
+				// the apiserver refuses (a quota, a webhook) is asked for
+				// again each pass and taken for gone after its timeout.
+				logger.Error(err, "Could not create the diagnostics job; the reset or reboot goes ahead at its timeout", "job", want.Name)
+				continue
+			}
 			return err
 		}
 	}

@@ -256,10 +256,6 @@ const (
 	// defaultDiagnosticsRetain is how long a finished diagnostics Job is
 	// kept when the policy does not say (its CRD default).
 	defaultDiagnosticsRetain = 7 * 24 * time.Hour
-	// diagnosticsGoneAfter is how long after its creation a diagnostics Job
-	// the cache does not show is taken for gone (deleted by hand) rather
-	// than not cached yet.
-	diagnosticsGoneAfter = 30 * time.Second
 )
 
 // diagnosed runs the policy's diagnostics step, once per attempt, before
@@ -275,26 +271,29 @@ func (d *decider) diagnosed(kind job.Kind, rc *gpuhealthv1alpha1.Recertification
 	if spec == nil || rc.DiagnosedAt != nil {
 		return true
 	}
-	retain := spec.Retain.Get(defaultDiagnosticsRetain)
-	want := job.Build(job.Diagnostics, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, spec.Job, spec.Timeout.Get(defaultDiagnosticsTimeout), o.jobEnv)
+	retain, timeout := spec.Retain.Get(defaultDiagnosticsRetain), spec.Timeout.Get(defaultDiagnosticsTimeout)
+	want := job.Build(job.Diagnostics, o.node.Name, o.namespace, rc.Attempt, rc.StartedAt.Time, spec.Job, timeout, o.jobEnv)
 	want.Spec.TTLSecondsAfterFinished = ptr.To(int32(retain.Seconds()))
 	live := o.jobs[want.Name]
 	rec := st.Diagnostics
 	if rec == nil || rec.Job != want.Name {
 		rec = &gpuhealthv1alpha1.DiagnosticsRecord{Job: want.Name, Before: remediationAction(kind), Attempt: rc.Attempt, StartedAt: &o.now, Result: gpuhealthv1alpha1.JobPending}
 		st.Diagnostics = rec
-		if live == nil {
-			d.p.createJobs = append(d.p.createJobs, want)
-		}
 	}
 	where := want.Namespace + "/" + want.Name
 	if live == nil {
-		if o.now.Sub(rec.StartedAt.Time) < diagnosticsGoneAfter {
-			d.statusReason(gpuhealthv1alpha1.ReasonRemediating, fmt.Sprintf("attempt %d: collecting diagnostics before %s: job %s created", rc.Attempt, rec.Before, where))
-			d.wait(jobRecheck)
+		// Not seen: not made yet, refused, not cached yet, or deleted.
+		// Asked for (again: creating an existing Job is a no-op) until its
+		// timeout, then taken for gone: the wait is bounded by the timeout
+		// whatever became of it, and a slow cache never lets the reset
+		// start beside a diagnostics Job that runs.
+		if o.now.Sub(rec.StartedAt.Time) < timeout {
+			d.p.createJobs = append(d.p.createJobs, want)
+			d.statusReason(gpuhealthv1alpha1.ReasonRemediating, fmt.Sprintf("attempt %d: collecting diagnostics before %s: job %s", rc.Attempt, rec.Before, where))
+			d.wait(min(jobRecheck, timeout-o.now.Sub(rec.StartedAt.Time)))
 			return false
 		}
-		d.diagnosticsDone(rc, rec, gpuhealthv1alpha1.JobFailed, "job "+where+" is gone", nil)
+		d.diagnosticsDone(rc, rec, gpuhealthv1alpha1.JobFailed, fmt.Sprintf("job %s not seen within its %s timeout", where, timeout), nil)
 		return true
 	}
 	result, msg := job.Result(live)

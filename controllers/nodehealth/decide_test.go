@@ -570,17 +570,22 @@ func TestDecide(t *testing.T) {
 			g.Expect(p.status.Diagnostics.Result).To(Equal(gpuhealthv1alpha1.JobFailed))
 			g.Expect(reasonsOf(p.announce)).To(ContainElement("Warning " + gpuhealthv1alpha1.ReasonDiagnosticsFailed))
 		}},
-		{"diagnostics Job not cached yet just after its creation: waits, not made again", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), diagnosing), func(g *WithT, p *plan) {
-			g.Expect(p.createJobs).To(BeEmpty())
+		{"diagnostics Job not seen (not cached yet, refused, deleted) within its timeout: asked for again, the reset waits", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), diagnosing, func(o *observation) {
+			at := metav1.NewTime(t0.Add(-90 * time.Second))
+			o.nh.Status.Diagnostics.StartedAt = &at
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.createJobs).To(HaveLen(1))
+			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.Diagnostics)), "creating an existing Job is a no-op")
 			g.Expect(p.status.Recertification.DiagnosedAt).To(BeNil())
+			g.Expect(p.requeue).To(Equal(30*time.Second), "until its timeout")
 		}},
-		{"diagnostics Job gone long after its creation: the reset goes ahead", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), diagnosing, func(o *observation) {
-			at := metav1.NewTime(t0.Add(-time.Minute))
+		{"diagnostics Job not seen past its timeout: the reset goes ahead", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), diagnosing, func(o *observation) {
+			at := metav1.NewTime(t0.Add(-2 * time.Minute))
 			o.nh.Status.Diagnostics.StartedAt = &at
 		}), func(g *WithT, p *plan) {
 			g.Expect(p.createJobs).To(HaveLen(1))
 			g.Expect(p.createJobs[0].Labels[job.KindLabel]).To(Equal(string(job.ResetGPU)))
-			g.Expect(p.status.Diagnostics.Message).To(ContainSubstring("is gone"))
+			g.Expect(p.status.Diagnostics.Message).To(ContainSubstring("not seen within its 2m0s timeout"))
 		}},
 		{"diagnostics done in this attempt: not again", obs(attempt(1), recertJob, resetOn48, diagnostics, finding(code48), func(o *observation) {
 			at := metav1.NewTime(t0.Add(-time.Minute))
