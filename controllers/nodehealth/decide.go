@@ -557,10 +557,7 @@ func (d *decider) closeFindings(e fsm.Event, reason, message, by string) {
 // is under way.
 func (d *decider) cancelledAttempt() string {
 	st := &d.p.status
-	which, rc := gpuhealthv1alpha1.SuiteRecertification, st.Recertification
-	if st.Phase == gpuhealthv1alpha1.PhaseCertifying {
-		which, rc = gpuhealthv1alpha1.SuiteCertification, st.Certification
-	}
+	which, _, rc := suiteAttempt(st)
 	if rc == nil || rc.StartedAt == nil || rc.CompletedAt != nil || st.Phase != gpuhealthv1alpha1.PhaseRecertifying && st.Phase != gpuhealthv1alpha1.PhaseCertifying {
 		return ""
 	}

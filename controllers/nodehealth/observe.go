@@ -218,13 +218,19 @@ func (r *Reconciler) observeInputs(ctx context.Context, o *observation, in input
 	return nil
 }
 
+// suiteAttempt is the suite a node's phase runs, its Job kind and its
+// attempt: certification while Certifying, else recertification.
+func suiteAttempt(st *gpuhealthv1alpha1.NodeHealthStatus) (gpuhealthv1alpha1.Suite, job.Kind, *gpuhealthv1alpha1.RecertificationStatus) {
+	if st.Phase == gpuhealthv1alpha1.PhaseCertifying {
+		return gpuhealthv1alpha1.SuiteCertification, job.Certification, st.Certification
+	}
+	return gpuhealthv1alpha1.SuiteRecertification, job.Recertification, st.Recertification
+}
+
 // suiteJobs are the current attempt's suite Jobs (of every try of every
 // step), nil when no attempt runs.
 func suiteJobs(o *observation) []*batchv1.Job {
-	kind, rc := job.Recertification, o.nh.Status.Recertification
-	if o.nh.Status.Phase == gpuhealthv1alpha1.PhaseCertifying {
-		kind, rc = job.Certification, o.nh.Status.Certification
-	}
+	_, kind, rc := suiteAttempt(&o.nh.Status)
 	if rc == nil || rc.StartedAt == nil {
 		return nil
 	}
@@ -244,10 +250,7 @@ func suiteJobs(o *observation) []*batchv1.Job {
 // Jobs whose parser needs it and whose verdict the status does not hold
 // yet: each log is read until its verdict is written, then never again.
 func (r *Reconciler) readOutputs(ctx context.Context, o *observation) map[string]jobOutput {
-	rc := o.nh.Status.Recertification
-	if o.nh.Status.Phase == gpuhealthv1alpha1.PhaseCertifying {
-		rc = o.nh.Status.Certification
-	}
+	_, _, rc := suiteAttempt(&o.nh.Status)
 	// Only a step's current Job, while the step has no verdict: never an
 	// earlier try's (one that never ran) or a judged step's.
 	current := map[string]bool{}
