@@ -18,7 +18,7 @@ func TestJobRulesAreOneSource(t *testing.T) {
 		accounts, steps, prefixes, policy string
 	}{
 		{
-			name: "defaults", steps: "reset,reboot,diag",
+			name: "defaults", steps: "reset,reboot,diag,devreset",
 			prefixes: "nvcr.io/nvidia/,registry.k8s.io/e2e-test-images/agnhost:,ghcr.io/gpuhealth/", policy: "gpuhealth-policy-jobs",
 		},
 		{

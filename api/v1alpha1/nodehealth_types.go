@@ -740,6 +740,20 @@ type NodeHealthStatus struct {
 	// +kubebuilder:validation:MaxItems=8
 	OwnedTaints []corev1.Taint `json:"ownedTaints,omitempty"`
 
+	// devices are the node's GPUs out of service alone (rules of scope
+	// Device), while the node itself stays in service. A GPU back in
+	// service has no entry.
+	// +optional
+	// +listType=map
+	// +listMapKey=uuid
+	// +kubebuilder:validation:MaxItems=64
+	Devices []DeviceStatus `json:"devices,omitempty"`
+
+	// devicesOut counts devices; kubectl get nodehealth shows it.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	DevicesOut int32 `json:"devicesOut,omitempty"`
+
 	// history holds the most recent transitions, oldest first (at most 32).
 	// +optional
 	// +listType=atomic
@@ -781,6 +795,7 @@ type NodeHealthStatus struct {
 // +kubebuilder:printcolumn:name="ComputeDomain",type=string,JSONPath=`.status.computeDomain.name`
 // +kubebuilder:printcolumn:name="Clique",type=string,JSONPath=`.status.computeDomain.cliqueID`
 // +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.status.recertification.attempt`
+// +kubebuilder:printcolumn:name="GPUs Out",type=integer,JSONPath=`.status.devicesOut`
 // +kubebuilder:printcolumn:name="Certified",type=date,JSONPath=`.status.certificate.time`
 // +kubebuilder:printcolumn:name="Since",type=date,JSONPath=`.status.since`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1

@@ -214,3 +214,35 @@ const (
 // of service, Unknown with ReasonQuarantineHeld while a finding counts but
 // gpuhealth holds the quarantine back (the circuit breaker is open). Other tools (schedulers, dashboards) read it.
 const GPUHealthyNodeCondition corev1.NodeConditionType = "GPUHealthy"
+
+// The one-GPU workflow (rules of scope Device): reasons of a device's
+// status, of the node's history notes and of the Events on the Node.
+const (
+	// NodeHealthDevicesOutOfServiceCondition is True while some of the
+	// node's GPUs are out of service alone (status.devices); its message
+	// names them. The node itself stays in service.
+	NodeHealthDevicesOutOfServiceCondition = "DevicesOutOfService"
+
+	// ReasonDeviceQuarantined: a GPU was taken out of service alone; its
+	// DeviceTaintRule keeps new work off it.
+	ReasonDeviceQuarantined = "DeviceQuarantined"
+	// ReasonDeviceDraining: the pods holding the GPU are being evicted.
+	ReasonDeviceDraining = "DeviceDraining"
+	// ReasonDeviceRecertifying: the GPU's reset and test run.
+	ReasonDeviceRecertifying = "DeviceRecertifying"
+	// ReasonDeviceReturned: the GPU passed and is back in service.
+	ReasonDeviceReturned = "DeviceReturned"
+	// ReasonDeviceFailed: the GPU failed its attempts and stays out.
+	ReasonDeviceFailed = "DeviceFailed"
+	// ReasonDeviceReleased: the GPU returned with its node, whose own
+	// workflow covered it.
+	ReasonDeviceReleased = "DeviceReleased"
+	// ReasonDeviceHeld: a GPU's quarantine is held back (its breaker is
+	// open, or its budget full).
+	ReasonDeviceHeld = "DeviceQuarantineHeld"
+	// ReasonDeviceEscalated: a finding of scope Device took the whole node
+	// out; the message says why it could not be handled on its GPU alone.
+	ReasonDeviceEscalated = "DeviceEscalated"
+	// ReasonNoDevicesOut: every GPU of the node is in service.
+	ReasonNoDevicesOut = "NoDevicesOut"
+)

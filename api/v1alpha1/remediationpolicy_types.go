@@ -117,6 +117,15 @@ type Rule struct {
 	// finding stops counting at once.
 	// +optional
 	Recovery *Recovery `json:"recovery,omitempty"`
+
+	// scope is what a quarantine by this rule takes out of service: Node
+	// (default) or Device, only the GPU the finding names (policy
+	// devices). A finding that cannot be handled on its GPU alone (an
+	// action that needs the node, a component that is not a GPU, a GPU no
+	// DRA driver publishes, one GPU more than devices.maxDevicesPerNode)
+	// takes the node out, saying why.
+	// +optional
+	Scope RuleScope `json:"scope,omitempty"`
 }
 
 // TaintSpec is a taint gpuhealth puts on a node.
@@ -552,6 +561,15 @@ type BudgetsSpec struct {
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailablePerClique must be a non-negative count (1) or a percentage from 0% to 100% (\"25%\")"
 	MaxUnavailablePerClique *intstr.IntOrString `json:"maxUnavailablePerClique,omitempty"`
+
+	// maxUnavailableDevices limits the GPUs out of service alone (rules
+	// of scope Device) across the managed nodes at once; a percentage is
+	// of their GPUs, counted as 8 per node. Default 5%.
+	// +optional
+	// +kubebuilder:default="5%"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailableDevices must be a non-negative count (4) or a percentage from 0% to 100% (\"5%\")"
+	MaxUnavailableDevices *intstr.IntOrString `json:"maxUnavailableDevices,omitempty"`
 }
 
 // ComputeDomainSpec is how gpuhealth keeps NVIDIA ComputeDomains (multi-node
@@ -713,6 +731,12 @@ type RemediationPolicySpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	ComputeDomain ComputeDomainSpec `json:"computeDomain"`
+
+	// devices is how one GPU is taken out of service alone, for rules of
+	// scope Device. Unset: the defaults (NVIDIA's DRA driver, at most 2
+	// GPUs per node, NoSchedule, no reset or test Job).
+	// +optional
+	Devices *DeviceQuarantineSpec `json:"devices,omitempty"`
 
 	// dryRun makes the operator decide and record (NodeHealth, Events,
 	// metrics) without touching any node or pod.

@@ -63,12 +63,12 @@ func TestPolicyEditorKeepsTheJobRules(t *testing.T) {
 		{
 			name:    "a privileged suite step is refused",
 			change:  func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Certification.Steps[0].Job.Privileged = true },
-			wantErr: "spec.certification.steps[dcgm-diag].job: privileged is allowed only for steps reset, reboot, diag, not cert (chart value jobs.privilegedSteps)",
+			wantErr: "spec.certification.steps[dcgm-diag].job: privileged is allowed only for steps reset, reboot, diag, devreset, not cert (chart value jobs.privilegedSteps)",
 		},
 		{
 			name:    "hostPID in a recertification step is refused",
 			change:  func(s *gpuhealthv1alpha1.RemediationPolicySpec) { s.Recertification.Steps[1].Job.HostPID = true },
-			wantErr: "spec.recertification.steps[nccl-allreduce].job: hostPID is allowed only for steps reset, reboot, diag, not recert",
+			wantErr: "spec.recertification.steps[nccl-allreduce].job: hostPID is allowed only for steps reset, reboot, diag, devreset, not recert",
 		},
 		{
 			name: "a privileged clique test is refused",
@@ -76,7 +76,7 @@ func TestPolicyEditorKeepsTheJobRules(t *testing.T) {
 				s.ComputeDomain.CliqueCertification = &gpuhealthv1alpha1.CliqueCertificationSpec{Job: gpuhealthv1alpha1.JobTemplate{
 					Image: "nvcr.io/nvidia/pytorch:26.01-py3", Privileged: true, HostPID: true}}
 			},
-			wantErr: "spec.computeDomain.cliqueCertification.job: privileged is allowed only for steps reset, reboot, diag, not clique (chart value jobs.privilegedSteps); spec.computeDomain.cliqueCertification.job: hostPID is allowed only for steps reset, reboot, diag, not clique",
+			wantErr: "spec.computeDomain.cliqueCertification.job: privileged is allowed only for steps reset, reboot, diag, devreset, not clique (chart value jobs.privilegedSteps); spec.computeDomain.cliqueCertification.job: hostPID is allowed only for steps reset, reboot, diag, devreset, not clique",
 		},
 		{
 			name: "diagnostics from an image outside the install's registries, with a Secret, are refused",
@@ -172,7 +172,7 @@ func TestPolicyEditorCannotEscalateByUpdate(t *testing.T) {
 	p.Spec.Remediation.ResetGPU.Job.Image = "quay.io/attacker/reset:1"
 	err := editor.Update(ctx, p)
 	g.Expect(err).To(Satisfy(apierrors.IsForbidden))
-	for _, want := range []string{`image "quay.io/attacker/reset:1"`, `serviceAccountName "gpuhealth-operator"`, "privileged is allowed only for steps reset, reboot, diag, not cert"} {
+	for _, want := range []string{`image "quay.io/attacker/reset:1"`, `serviceAccountName "gpuhealth-operator"`, "privileged is allowed only for steps reset, reboot, diag, devreset, not cert"} {
 		g.Expect(err).To(MatchError(ContainSubstring(want)))
 	}
 	got := &gpuhealthv1alpha1.RemediationPolicy{}

@@ -41,6 +41,9 @@ type ticket struct {
 	// kept: the quarantine became real (its fence or its status was
 	// written), so release does not take it back.
 	kept bool
+	// devices are the GPUs the device breaker (deviceKey) counted at at.
+	devices   int
+	deviceKey string
 }
 
 // admit grants what the plan asks for and returns the plan to carry out,
@@ -61,6 +64,27 @@ func (r *Reconciler) admit(ctx context.Context, o *observation, p *plan) (*ticke
 		if !view.allowed {
 			p = decide(o)
 		}
+	}
+	if p.reserveDevices > 0 && o.devices != nil && o.devices.breaker != nil && o.devices.breaker.enabled {
+		// The device breaker counts GPUs, each one taken back by release
+		// unless the status that takes it out is written.
+		key := deviceBreakerKey(o.policy)
+		for range p.reserveDevices {
+			ok, st := r.Breaker.Allow(key, o.devices.breaker.settings, o.now.Time)
+			if !ok {
+				o.devices.breaker.allowed, o.devices.breaker.message = false, st.Message
+				break
+			}
+			t.devices++
+		}
+		if t.devices < p.reserveDevices {
+			for range t.devices {
+				r.Breaker.Undo(key, o.now.Time)
+			}
+			t.devices = 0
+			p = decide(o)
+		}
+		t.deviceKey = key
 	}
 	if !p.confirmBudget {
 		return t, p
@@ -99,6 +123,11 @@ func (t *ticket) wrote(node string, status *gpuhealthv1alpha1.NodeHealthStatus) 
 func (t *ticket) release() {
 	if t.reserved && !t.kept {
 		t.r.Breaker.Undo(t.policy, t.at)
+	}
+	if !t.kept {
+		for range t.devices {
+			t.r.Breaker.Undo(t.deviceKey, t.at)
+		}
 	}
 	if t.locked {
 		t.r.admission.mu.Unlock()

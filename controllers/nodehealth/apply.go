@@ -49,6 +49,7 @@ func (r *Reconciler) actBeforeDeciding(ctx context.Context, o *observation) {
 				"deleted pod "+p.String()+" after the drain timeout"))
 		}
 	}
+	r.drainDevices(ctx, o)
 	publish(r.Recorder, happened)
 }
 
@@ -116,6 +117,9 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan, t *tick
 				"deleted unfinished jobs "+strings.Join(deleted, ", ")+": the node's workflow ended")})
 		}
 	}
+	if err := r.applyDevices(ctx, p); err != nil {
+		return err
+	}
 	for _, want := range p.createJobs {
 		if _, err := job.Ensure(ctx, r.Client, want); err != nil {
 			if want.Labels[job.KindLabel] == string(job.Diagnostics) {
@@ -165,6 +169,9 @@ func (r *Reconciler) apply(ctx context.Context, o *observation, p *plan, t *tick
 // returns to service only once its NodeHealth says Healthy, so a crash in
 // between never fences it again.
 func (r *Reconciler) applyAfterWrite(ctx context.Context, o *observation, p *plan) error {
+	if err := r.returnDevices(ctx, o, p); err != nil {
+		return err
+	}
 	if p.node != nodeInService {
 		return nil
 	}

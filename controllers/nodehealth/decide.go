@@ -94,6 +94,12 @@ type planActs struct {
 	// removeDomainLabel removes a dead member's ComputeDomain node label
 	// (the policy's releaseDeadMemberLabel).
 	removeDomainLabel bool
+	// deviceActs are the one-GPU workflow's rules, claim templates and
+	// Jobs to make before the write.
+	deviceActs []deviceAct
+	// returnDevices are the GPUs back in service: their rules and claim
+	// templates are deleted once the status no longer names them.
+	returnDevices []gpuhealthv1alpha1.DeviceStatus
 	// handOff is the hand-off to carry out before the write.
 	handOff *handOffTarget
 	// withdraw is a hand-off the plan ends, taken back before the write.
@@ -105,6 +111,8 @@ type planActs struct {
 type planAsks struct {
 	// reserveBreaker asks the circuit breaker for one more quarantine.
 	reserveBreaker bool
+	// reserveDevices asks the device breaker for this many more GPUs out.
+	reserveDevices int
 	// confirmBudget says a drain was decided from a cache count: it is
 	// confirmed from the apiserver before the status is written.
 	confirmBudget bool
@@ -127,6 +135,8 @@ type planAfter struct {
 	faultGaps []faultGap
 	// handedOff is the hand-off the status records.
 	handedOff *gpuhealthv1alpha1.HandOffStatus
+	// deviceMoves are the GPUs' moves.
+	deviceMoves []deviceStepRecord
 	// budgetBlocked names the budget the node started waiting for.
 	budgetBlocked gpuhealthv1alpha1.BudgetName
 }
@@ -165,6 +175,8 @@ type decider struct {
 	first bool
 	// askedApproval: an act of this pass waits for, or got, approval.
 	askedApproval bool
+	// heldDevices say why GPUs a finding names stay in service.
+	heldDevices []string
 }
 
 // decide is the state machine: from what was observed, what to do. It is a
@@ -221,6 +233,7 @@ func decide(o *observation) *plan {
 	prevBlocking := st.BlockingBudget
 	st.BlockingBudget = ""
 	d.membership()
+	d.devices()
 	d.phases()
 	if d.p.fenceOnly {
 		return d.p
@@ -249,6 +262,8 @@ type inputs struct {
 	budgets bool
 	// drain: a pass of the drain, before deciding.
 	drain bool
+	// devices: the one-GPU workflow's inputs (and its drain passes).
+	devices bool
 	// handOff: what a failed node's hand-off needs.
 	handOff bool
 }
@@ -263,10 +278,12 @@ func inputsFor(o *observation) inputs {
 	}
 	in.workloads = phase == "" && policy.Certification.NewNodes ||
 		(phase == "" || phase == gpuhealthv1alpha1.PhaseHealthy) && certifyLabelRequest(o) != ""
+	judged := judgeAll(o)
+	in.devices = wantsDevices(o, judged)
 	switch phase {
 	case "", gpuhealthv1alpha1.PhaseHealthy, gpuhealthv1alpha1.PhaseCertifying:
 		in.outputs = phase == gpuhealthv1alpha1.PhaseCertifying
-		if len(judgeAll(o)) == 0 {
+		if len(judged) == 0 {
 			break
 		}
 		fenced := nodepkg.AppliedOn(o.node).Any()
@@ -309,6 +326,10 @@ func (d *decider) housekeeping() {
 	}
 	if d.p.node == nodeOutOfService || d.p.node == nodeUncertified {
 		d.p.nodeReason, d.p.nodeMessage = d.nodeCondition()
+	}
+	if was := d.o.nh.Status.Phase; phase == gpuhealthv1alpha1.PhaseHealthy && was != "" && was != gpuhealthv1alpha1.PhaseHealthy && len(st.Devices) > 0 {
+		d.releaseDevices("the node returned to service (" + st.Reason + "); its own workflow covered the GPU")
+		d.devicesCondition()
 	}
 	d.certifiedCondition()
 	d.approvalUnasked()

@@ -35,6 +35,11 @@ type judgement struct {
 	counts bool
 	// reason explains the judgement in a sentence.
 	reason string
+	// scope is the rule's scope (empty: Node); device is the UUID of the
+	// GPU the finding is handled on alone, when it is (then counts is
+	// false: the finding does not count against the node).
+	scope  gpuhealthv1alpha1.RuleScope
+	device string
 	// recheckAt is when the judgement changes by the passage of time alone
 	// (a recovery hysteresis ending); zero when it does not.
 	recheckAt time.Time
@@ -94,7 +99,7 @@ func judge(ev *gpuhealthv1alpha1.NodeHealthEvent, rules []gpuhealthv1alpha1.Rule
 	var why string
 	j.verdict, j.action, j.catalog, why = defaultJudgement(s)
 	if rule != nil {
-		j.rule, j.verdict, j.catalog = rule.Name, rule.Verdict, ""
+		j.rule, j.verdict, j.catalog, j.scope = rule.Name, rule.Verdict, "", rule.Scope
 		why = fmt.Sprintf("rule %s says %s", rule.Name, rule.Verdict)
 		if rule.Action != "" {
 			j.action = rule.Action

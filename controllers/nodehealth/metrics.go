@@ -44,6 +44,11 @@ var (
 		Help: "Number of state machine events refused as illegal in the node's phase; each is a bug.",
 	}, []string{labelPhase, labelEvent})
 
+	deviceTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuhealth_device_transitions_total",
+		Help: "Number of moves of GPUs out of service alone (rules of scope Device), by from and to phase (Healthy: in service).",
+	}, []string{labelFrom, labelTo})
+
 	staleDaemonPodsDeleted = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "gpuhealth_nodehealth_stale_daemon_pods_deleted_total",
 		Help: "Number of ComputeDomain daemon pods of dead, fenced members deleted so their peers drop them.",
@@ -119,7 +124,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitions, illegalTransitions, staleDaemonPodsDeleted, budgetBlocked,
+	metrics.Registry.MustRegister(transitions, deviceTransitions, illegalTransitions, staleDaemonPodsDeleted, budgetBlocked,
 		suiteSteps, suiteStepDuration, suiteMeasurement, repairDuration, phaseDuration, timeBetweenFaults, handOffs)
 	// Every series from zero, so the first illegal transition is an
 	// increase() an alert sees, not a new series at 1.

@@ -80,6 +80,9 @@ type observation struct {
 	// when a new node may be certified.
 	workloads    []string
 	workloadsErr error
+	// devices is what the one-GPU workflow needs; nil when no GPU is out
+	// alone and no finding of scope Device counts.
+	devices *observedDevices
 	// handOff is what a failed node's hand-off needs; read while Failed
 	// under a policy with a ClusterAPI or Template hand-off.
 	handOff *handOffTarget
@@ -210,6 +213,11 @@ func (r *Reconciler) observeInputs(ctx context.Context, o *observation, in input
 		o.budgets = r.countBudgets(ctx, o, false)
 	}
 	o.drains = in.drain
+	if in.devices {
+		if o.devices, err = r.observeDevices(ctx, o); err != nil {
+			return err
+		}
+	}
 	if in.handOff {
 		if o.handOff, err = r.observeHandOff(ctx, o); err != nil {
 			return err

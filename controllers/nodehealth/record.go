@@ -60,6 +60,9 @@ func (r *Reconciler) record(ctx context.Context, o *observation, p *plan) (bool,
 		transitions.WithLabelValues(string(t.from), string(t.to), t.reason).Inc()
 		phaseDuration.WithLabelValues(string(t.from)).Observe(t.spent.Seconds())
 	}
+	for _, m := range p.deviceMoves {
+		deviceTransitions.WithLabelValues(string(m.from), string(m.to)).Inc()
+	}
 	countOutages(p)
 	if p.budgetBlocked != "" {
 		budgetBlocked.WithLabelValues(string(p.budgetBlocked)).Inc()

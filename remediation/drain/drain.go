@@ -204,6 +204,23 @@ func (r Result) TimedOutMessage() string {
 // Errors from independent pods are joined; the Result still counts what the
 // pass did and saw.
 func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1.DrainSpec, startedAt time.Time) (Result, error) {
+	return d.drain(ctx, node, spec, startedAt, nil)
+}
+
+// DrainPods is Drain for only the pods of node that only returns true for
+// (the pods holding one GPU, when the GPU alone is taken out of service),
+// with the same modes, timeouts and PodDisruptionBudgets. Every other pod
+// stays, and Result counts only these.
+func (d *Drainer) DrainPods(ctx context.Context, node string, spec gpuhealthv1alpha1.DrainSpec, startedAt time.Time, only func(context.Context, *corev1.Pod) (bool, error)) (Result, error) {
+	return d.drain(ctx, node, spec, startedAt, func(ctx context.Context, pod *corev1.Pod) (decision, error) {
+		if ok, err := only(ctx, pod); err != nil || !ok {
+			return decision{verdict: skip}, err
+		}
+		return decision{}, nil // the drain's own filters and modes decide
+	})
+}
+
+func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1.DrainSpec, startedAt time.Time, only podFilter) (Result, error) {
 	d.setLimits(spec)
 	begin := d.clock.Now()
 	passCtx, cancel := context.WithTimeout(ctx, passTimeout)
@@ -214,14 +231,18 @@ func (d *Drainer) Drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 		return Result{}, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
 	now := d.clock.Now()
-	chain := []podFilter{
+	var chain []podFilter
+	if only != nil {
+		chain = append(chain, only)
+	}
+	chain = append(chain,
 		skipDaemonSetPods,
 		skipOwnJobPods(d.jobNamespace),
 		skipMirrorPods,
 		skipFinishedPods,
 		skipNamespaces(spec.SkipNamespaces),
 		newModeResolver(d.client, spec).filter,
-	}
+	)
 
 	deleteOnTimeout := spec.OnTimeout == gpuhealthv1alpha1.DrainTimeoutDelete
 	var (

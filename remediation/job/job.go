@@ -40,6 +40,10 @@ const (
 	CliqueCertification Kind = "clique"
 	// Diagnostics collects what the node knows before a reset or reboot.
 	Diagnostics Kind = "diag"
+	// DeviceReset resets one GPU out of service alone.
+	DeviceReset Kind = "devreset"
+	// DeviceRecertification tests one GPU out of service alone.
+	DeviceRecertification Kind = "devcert"
 )
 
 const (
@@ -49,6 +53,9 @@ const (
 	KindLabel = "gpuhealth.dev/job-kind"
 	// AttemptLabel carries the recertification attempt.
 	AttemptLabel = "gpuhealth.dev/attempt"
+	// DeviceLabel carries the device a per-GPU Job runs on (its name in
+	// the driver's ResourceSlice, gpu-3).
+	DeviceLabel = "gpuhealth.dev/device"
 	// StepLabel carries the suite step a Job runs.
 	StepLabel = "gpuhealth.dev/step"
 	// ParserLabel carries how the Job's output is judged.

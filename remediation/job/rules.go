@@ -49,7 +49,7 @@ type Rules struct {
 }
 
 // Kinds are the Job kinds by name, for the chart's jobs.privilegedSteps.
-var Kinds = []Kind{Certification, Recertification, ResetGPU, RebootNode, CliqueCertification, Diagnostics}
+var Kinds = []Kind{Certification, Recertification, ResetGPU, RebootNode, CliqueCertification, Diagnostics, DeviceReset, DeviceRecertification}
 
 // Validate says what is wrong with the rules themselves: a prefix that
 // does not end a registry, path or tag, an unknown kind, an empty name.
@@ -106,6 +106,12 @@ func templates(spec *gpuhealthv1alpha1.RemediationPolicySpec) []template {
 	for i := range spec.Certification.Steps {
 		s := &spec.Certification.Steps[i]
 		out = append(out, template{"spec.certification.steps[" + s.Name + "].job", Certification, &s.Job})
+	}
+	if d := spec.Devices; d != nil && d.Reset != nil {
+		out = append(out, template{"spec.devices.reset", DeviceReset, d.Reset})
+	}
+	if d := spec.Devices; d != nil && d.Job != nil {
+		out = append(out, template{"spec.devices.job", DeviceRecertification, d.Job})
 	}
 	if c := spec.ComputeDomain.CliqueCertification; c != nil {
 		out = append(out, template{"spec.computeDomain.cliqueCertification.job", CliqueCertification, &c.Job})
