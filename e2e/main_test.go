@@ -35,7 +35,8 @@ const e2ePolicy = `{"spec":{
   "remediation":{"diagnostics":null,"rebootNode":{"timeout":"2m"},"resetGPU":{"timeout":"2m"}},
   "circuitBreaker":{"enabled":false},
   "computeDomain":{"singleReportTaintsClique":true},
-  "drain":{"timeout":"5m"}
+  "drain":{"timeout":"5m"},
+  "devices":{"reset":{"image":"registry.invalid/reset:kwok","privileged":false},"job":{"image":"registry.invalid/recertify:kwok"},"timeout":"2m"}
 }}`
 
 // kwokStep is a one-step suite judged by its exit code.
