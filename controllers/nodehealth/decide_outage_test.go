@@ -286,6 +286,16 @@ func TestGPUTime(t *testing.T) {
 	g.Expect(gpuTime(nhs[:1], nodes)).To(ContainElement(gpuSample{node: "a", phase: healthy, cause: causeFabric, gpus: 8}))
 	fenced(&observation{node: nodes["a"]})
 	g.Expect(gpuTime(nhs[:1], nodes)).To(ContainElement(gpuSample{node: "a", phase: healthy, cause: "fault", gpus: 8}), "our fence, the bookkeeping to follow")
+
+	// A GPU out of service alone counts one GPU of a node in service.
+	gpuOut := nh("h", healthy, func(x *gpuhealthv1alpha1.NodeHealth) {
+		x.Status.Devices = []gpuhealthv1alpha1.DeviceStatus{{UUID: "GPU-3", Device: "gpu-3", Phase: gpuhealthv1alpha1.DeviceDraining, Class: "xid-48"}}
+	})
+	nodes["h"] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h"}, Status: corev1.NodeStatus{Allocatable: gpus(8)}}
+	g.Expect(gpuTime([]gpuhealthv1alpha1.NodeHealth{gpuOut}, nodes)).To(ConsistOf(
+		gpuSample{node: "h", gpus: 8},
+		gpuSample{node: "h", phase: healthy, cause: causeDevice, check: gpuhealthv1alpha1.CheckXID, code: "48", gpus: 1},
+	))
 }
 
 func TestHandOffObservationErrorsArePermanentOrNot(t *testing.T) {

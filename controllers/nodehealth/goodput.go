@@ -26,13 +26,26 @@ const GPUResource corev1.ResourceName = "nvidia.com/gpu"
 const (
 	causeCordoned = "cordoned"
 	causeFabric   = "fabric"
+	// causeDevice is one GPU out of service alone (status.devices) on a
+	// node in service: it counts one GPU, not the node's.
+	causeDevice = "device"
 )
+
+// deviceCheck is the check a device's class names ("xid" → XID).
+func deviceCheck(class string) string {
+	for _, c := range []gpuhealthv1alpha1.Check{gpuhealthv1alpha1.CheckXID} {
+		if strings.EqualFold(string(c), class) {
+			return string(c)
+		}
+	}
+	return class
+}
 
 var (
 	nodeGPUsDesc = prometheus.NewDesc("gpuhealth_node_gpus",
 		"The GPUs of each managed node: the larger of its nvidia.com/gpu capacity and allocatable.", []string{labelNode}, nil)
 	outOfServiceDesc = prometheus.NewDesc("gpuhealth_node_gpus_out_of_service",
-		"The GPUs (as gpuhealth_node_gpus) of each managed node that is not in service: not Healthy, or Healthy but cordoned by someone else or fabric-degraded; by phase, cause (fault, maintenance, certification, request, cordoned, fabric) and, for a fault, its check and code.",
+		"The GPUs (as gpuhealth_node_gpus) of each managed node that is not in service: not Healthy, or Healthy but cordoned by someone else or fabric-degraded; by phase, cause (fault, maintenance, certification, request, cordoned, fabric, device) and, for a fault or a device, its check and code; a GPU out of service alone on a node in service (cause device) counts one GPU.",
 		[]string{labelNode, labelPhase, "cause", labelCheck, "code"}, nil)
 	strandedDesc = prometheus.NewDesc("gpuhealth_computedomain_stranded_gpus",
 		"The GPUs of the in-service members of a ComputeDomain with a member out of service: the domain cannot run at full size.",
@@ -163,6 +176,13 @@ func gpuTime(nhs []gpuhealthv1alpha1.NodeHealth, nodes map[string]*corev1.Node) 
 		if lost {
 			s.node, s.gpus = n.Name, gpus
 			out = append(out, s)
+		} else {
+			// A GPU out of service alone is one GPU of a node in service.
+			for _, e := range nh.Status.Devices {
+				check, code, _ := strings.Cut(e.Class, "-")
+				out = append(out, gpuSample{node: n.Name, phase: nh.Status.Phase, cause: causeDevice,
+					check: gpuhealthv1alpha1.Check(deviceCheck(check)), code: code, gpus: 1})
+			}
 		}
 		if cd := nh.Status.ComputeDomain; cd != nil && cd.UID != "" {
 			key := cd.UID
