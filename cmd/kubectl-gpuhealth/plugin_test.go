@@ -435,6 +435,12 @@ func fleet(ctx context.Context, c client.Client) error {
 			nh.Status.Outage = &gpuhealthv1alpha1.Outage{Since: ago(5 * time.Minute), Cause: gpuhealthv1alpha1.OutageFault, Check: gpuhealthv1alpha1.CheckXID, Code: "79", Action: gpuhealthv1alpha1.ActionResetGPU}
 			nh.Status.Conditions = []metav1.Condition{{Type: "Drained", Status: metav1.ConditionFalse, Reason: "PodsRemain", Message: "2 pods remain", LastTransitionTime: ago(3 * time.Minute)}}
 		}
+		if f.name == "gpu-5" {
+			// One GPU out of service alone on a node in service.
+			nh.Status.Devices = []gpuhealthv1alpha1.DeviceStatus{{UUID: "GPU-5d2c1e00-0003", Driver: "gpu.nvidia.com", Pool: "gpu-5", Device: "gpu-3",
+				Phase: gpuhealthv1alpha1.DeviceDraining, Since: ago(2 * time.Minute), OutSince: ago(3 * time.Minute), Class: "xid-48", Rule: "gpuhealth-gpu-5-gpu-3"}}
+			nh.Status.DevicesOut = 1
+		}
 		if err := status(nh); err != nil {
 			return err
 		}

@@ -37,6 +37,19 @@ type FleetStatus struct {
 	Failed []FailedNode `json:"failed"`
 	// FailedTotal counts every Failed node.
 	FailedTotal int `json:"failedTotal"`
+	// Devices are the GPUs out of service alone (rules of scope Device),
+	// by node and device.
+	Devices []OutDevice `json:"devices"`
+}
+
+// OutDevice is one GPU out of service alone on a node in service.
+type OutDevice struct {
+	Node   string                        `json:"node"`
+	Device string                        `json:"device"`
+	UUID   string                        `json:"uuid"`
+	Phase  gpuhealthv1alpha1.DevicePhase `json:"phase"`
+	Since  metav1.Time                   `json:"since"`
+	Class  string                        `json:"class,omitempty"`
 }
 
 // PolicySummary is one policy's nodes, budget and breaker.
@@ -124,7 +137,7 @@ func fleetStatus(ctx context.Context, c client.Client, maxFailed int) (*FleetSta
 		labels[nodes.Items[i].Name] = nodes.Items[i].Labels
 	}
 
-	st := &FleetStatus{Policies: []PolicySummary{}, DegradedCliques: []DegradedClique{}, Failed: []FailedNode{}}
+	st := &FleetStatus{Policies: []PolicySummary{}, DegradedCliques: []DegradedClique{}, Failed: []FailedNode{}, Devices: []OutDevice{}}
 	sort.Slice(policies.Items, func(i, j int) bool { return policies.Items[i].Name < policies.Items[j].Name })
 	for i := range policies.Items {
 		p := &policies.Items[i]
@@ -139,10 +152,17 @@ func fleetStatus(ctx context.Context, c client.Client, maxFailed int) (*FleetSta
 		if l, ok := labels[nh.Name]; !ok || gpuhealthv1alpha1.ManagingPolicy(policies.Items, l) == nil {
 			st.Unmanaged++
 		}
+		for _, d := range nh.Status.Devices {
+			st.Devices = append(st.Devices, OutDevice{Node: nh.Name, Device: d.Device, UUID: d.UUID, Phase: d.Phase, Since: d.OutSince, Class: d.Class})
+		}
 		if nh.Status.Phase == gpuhealthv1alpha1.PhaseFailed {
 			st.Failed = append(st.Failed, FailedNode{Name: nh.Name, Since: nh.Status.Since, Reason: nh.Status.Reason, Message: nh.Status.Message})
 		}
 	}
+	sort.Slice(st.Devices, func(i, j int) bool {
+		a, b := st.Devices[i], st.Devices[j]
+		return a.Node < b.Node || a.Node == b.Node && a.Device < b.Device
+	})
 	st.FailedTotal = len(st.Failed)
 	sort.SliceStable(st.Failed, func(i, j int) bool {
 		a, b := st.Failed[i], st.Failed[j]
@@ -291,6 +311,17 @@ func printStatus(g *globals, st *FleetStatus, wide bool) error {
 		t := newTable(w, "DEGRADED CLIQUE", "NODES", "FAULTY NODES", "FAULTS")
 		for _, d := range st.DegradedCliques {
 			t.row(d.Clique, strconv.Itoa(d.Nodes), strings.Join(d.FaultyNodes, ","), strings.Join(d.Faults, ", "))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+
+	if len(st.Devices) > 0 {
+		fmt.Fprintln(w)
+		t := newTable(w, "NODE", "GPU OUT ALONE", "PHASE", "OUT FOR", "CLASS")
+		for _, d := range st.Devices {
+			t.row(d.Node, d.Device, string(d.Phase), age(now, d.Since.Time), orNone(d.Class))
 		}
 		if err := t.flush(); err != nil {
 			return err
