@@ -62,6 +62,9 @@ func (r *Reconciler) returnDevices(ctx context.Context, o *observation, p *plan)
 		for _, e := range p.status.Devices {
 			named[e.Rule] = true
 		}
+		for _, e := range p.returnDevices {
+			named[e.Rule] = true // deleted above
+		}
 		for name := range o.devices.rules {
 			if named[name] || p.fenceOnly || plannedRule(p, name) {
 				continue
