@@ -272,6 +272,10 @@ bench: controlplane build-operator ## Cordon-speed benchmark on a local kwok clu
 bench-scale: controlplane build-operator ## The scale curve: the cordon benchmark at 1,000, 2,000 and 5,000 nodes (10 pods each), each on a fresh cluster; draws docs/scale.png.
 	go run ./hack/bench -nodes $${SIZES:-1000,2000,5000} -plot docs/scale.png -out _output/bench-scale.md
 
+.PHONY: bench-device
+bench-device: controlplane $(HELM) ## One GPU's fault under scope Device against scope Node, side by side on one kwok cluster: GPU-seconds out, finding to rule, pods disturbed.
+	HELM=$(HELM) go run ./hack/devicebench -faults $${FAULTS:-20}
+
 .PHONY: bench-drain
 bench-drain: controlplane build-operator ## Drain race: gpuhealth (sample and raised eviction limits) against kubectl drain -l on identical fresh node sets.
 	go run ./hack/bench -drain -out _output/bench-drain.md
