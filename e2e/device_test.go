@@ -44,18 +44,26 @@ func allocatedGPU(g Gomega, pod *corev1.Pod) string {
 	return ""
 }
 
-// gpuPods are the workload's pods on node by the GPU their claim holds,
+// The one-GPU case's node (its index among the fake nodes) and the
+// namespace of its ranks.
+const (
+	draNode      = "gpu-node-4"
+	draNodeIndex = 4
+	draNamespace = "dra"
+)
+
+// gpuPods are the ranks on draNode by the GPU their claim holds,
 // and those not running on a GPU (pending).
-func gpuPods(g Gomega, namespace, node string) (byGPU map[string]corev1.Pod, pending []corev1.Pod) {
+func gpuPods(g Gomega) (byGPU map[string]corev1.Pod, pending []corev1.Pod) {
 	var list corev1.PodList
-	g.Expect(env.Cluster.Client.List(ctx, &list, client.InNamespace(namespace))).To(Succeed())
+	g.Expect(env.Cluster.Client.List(ctx, &list, client.InNamespace(draNamespace))).To(Succeed())
 	byGPU = map[string]corev1.Pod{}
 	for _, p := range list.Items {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
 		dev := allocatedGPU(g, &p)
-		if p.Spec.NodeName != node || dev == "" || p.Status.Phase != corev1.PodRunning {
+		if p.Spec.NodeName != draNode || dev == "" || p.Status.Phase != corev1.PodRunning {
 			pending = append(pending, p)
 			continue
 		}
@@ -76,9 +84,9 @@ func gpuPods(g Gomega, namespace, node string) (byGPU map[string]corev1.Pod, pen
 func testDeviceQuarantineOneGPU(t *testing.T) {
 	g := NewWithT(t)
 	const (
-		n     = "gpu-node-4"
-		index = 4
-		ns    = "dra"
+		n     = draNode
+		index = draNodeIndex
+		ns    = draNamespace
 	)
 	g.Eventually(phase(n)).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	unpublish, err := framework.PublishGPUs(ctx, env.Cluster, n, index)
@@ -113,10 +121,10 @@ func testDeviceQuarantineOneGPU(t *testing.T) {
 	}
 	g.Expect(env.Cluster.Client.Create(ctx, pdb)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		byGPU, _ := gpuPods(g, ns, n)
+		byGPU, _ := gpuPods(g)
 		g.Expect(byGPU).To(HaveLen(8), "every GPU of the node holds a rank")
 	}).Should(Succeed())
-	before, _ := gpuPods(g, ns, n)
+	before, _ := gpuPods(g)
 	victim := before["gpu-3"]
 
 	injectXID(t, n, 3, 48)
@@ -162,7 +170,7 @@ func testDeviceQuarantineOneGPU(t *testing.T) {
 		g.Expect(jobGPU).NotTo(BeEmpty())
 	}).Should(Succeed())
 	g.Expect(jobGPU).To(Equal("gpu-3"), "the per-GPU Job is allocated GPU 3 itself")
-	after, pending := gpuPods(g, ns, n)
+	after, pending := gpuPods(g)
 	for dev, p := range before {
 		if dev != "gpu-3" {
 			g.Expect(after[dev].UID).To(Equal(p.UID), "the rank on %s was not disturbed", dev)
@@ -178,7 +186,7 @@ func testDeviceQuarantineOneGPU(t *testing.T) {
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
 	}).Should(Succeed())
 	g.Eventually(func(g Gomega) {
-		byGPU, pending := gpuPods(g, ns, n)
+		byGPU, pending := gpuPods(g)
 		g.Expect(byGPU).To(HaveKey("gpu-3"))
 		g.Expect(pending).To(BeEmpty())
 	}).Should(Succeed())

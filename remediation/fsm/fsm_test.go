@@ -140,3 +140,12 @@ func TestArchitectureDocShowsTheMachine(t *testing.T) {
 	NewWithT(t).Expect(string(doc)).To(ContainSubstring("```mermaid\n"+Mermaid()+"```"),
 		"docs/architecture.md must embed fsm.Mermaid() exactly; paste the new diagram")
 }
+
+func TestArchitectureDocShowsTheDeviceMachine(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	NewWithT(t).Expect(string(doc)).To(ContainSubstring("```mermaid\n"+DeviceMermaid()+"```"),
+		"docs/architecture.md must embed fsm.DeviceMermaid() exactly; paste the new diagram")
+}
