@@ -128,6 +128,7 @@ unit: controlplane $(HELM) ## Run unit and envtest suites (the chart's tests run
 FUZZ_TARGETS := api/xid:FuzzLookup monitors/kmsg:FuzzParse monitors/metrics:FuzzBearer monitors/imex:FuzzParseDaemonStatus \
 	monitors/imex:FuzzParseDomainStatus monitors/fakenvml:FuzzParseScenario monitors/agent:FuzzParseConfig \
 	remediation/suite:FuzzParseNCCLTests remediation/suite:FuzzParseDCGMDiag remediation/handoff:FuzzRender \
+	monitors/dradriver:FuzzFinding \
 	remediation/devicetaint:FuzzParseWouldEvict
 FUZZTIME ?= 3s
 # make fuzz keeps one instrumented test binary per package here: a package

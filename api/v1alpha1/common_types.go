@@ -1,7 +1,7 @@
 package v1alpha1
 
 // Source names the part of gpuhealth that produced a finding.
-// +kubebuilder:validation:Enum=nvml;dcgm;kmsg;imex;recertification;manual
+// +kubebuilder:validation:Enum=nvml;dcgm;kmsg;imex;draDriver;recertification;manual
 type Source string
 
 const (
@@ -13,6 +13,10 @@ const (
 	SourceKmsg Source = "kmsg"
 	// SourceIMEX is the monitor's IMEX source (nvidia-imex-ctl output).
 	SourceIMEX Source = "imex"
+	// SourceDRADriver is a health taint NVIDIA's DRA driver put on one of
+	// its devices (gpu.nvidia.com/xid, gpu-lost), read from the node's
+	// ResourceSlices.
+	SourceDRADriver Source = "draDriver"
 	// SourceRecertification is the operator's recertification Job.
 	SourceRecertification Source = "recertification"
 	// SourceManual is a human who recorded a finding by hand.

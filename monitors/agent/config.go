@@ -19,7 +19,7 @@ import (
 type Config struct {
 	// NodeName is this node's name; normally --node-name from the downward API.
 	NodeName string `json:"nodeName,omitempty"`
-	// Sources lists the sources to run: nvml, dcgm, kmsg, imex. Default:
+	// Sources lists the sources to run: nvml, dcgm, kmsg, imex, draDriver. Default:
 	// nvml, kmsg and imex (DCGM is opt-in: it needs a DCGM library or a
 	// reachable nv-hostengine).
 	Sources []string `json:"sources,omitempty"`
@@ -31,6 +31,8 @@ type Config struct {
 	Kmsg KmsgConfig `json:"kmsg,omitempty"`
 	// IMEX configures the imex source.
 	IMEX IMEXConfig `json:"imex,omitempty"`
+	// DRADriver configures the draDriver source.
+	DRADriver DRADriverConfig `json:"draDriver,omitempty"`
 	// Spool configures the on-disk spool.
 	Spool SpoolConfig `json:"spool,omitempty"`
 	// Publish configures writes to the apiserver.
@@ -171,6 +173,18 @@ type IMEXConfig struct {
 	StartupGrace metav1.Duration `json:"startupGrace,omitempty"`
 }
 
+// DRADriverConfig configures the draDriver source, which reads the health
+// taints NVIDIA's DRA driver puts on this node's GPUs (its
+// NVMLDeviceHealthCheck gate) from the node's ResourceSlices. Opt-in (the
+// nvml source sees the same XIDs first-hand): for nodes where the driver's
+// health check runs and gpuhealth's NVML source does not.
+type DRADriverConfig struct {
+	// Driver is the DRA driver (default gpu.nvidia.com).
+	Driver string `json:"driver,omitempty"`
+	// Interval between reads of the node's slices (default 30s).
+	Interval metav1.Duration `json:"interval,omitempty"`
+}
+
 // SpoolConfig configures the on-disk spool.
 type SpoolConfig struct {
 	// Dir is the spool directory, on a hostPath so it survives the pod
@@ -203,7 +217,7 @@ type DebounceConfig struct {
 }
 
 // Known source names.
-var knownSources = []string{"nvml", "dcgm", "kmsg", "imex"}
+var knownSources = []string{"nvml", "dcgm", "kmsg", "imex", "draDriver"}
 
 // DefaultSources are run when the configuration names none.
 var DefaultSources = []string{"nvml", "kmsg", "imex"}
@@ -245,7 +259,7 @@ func (c *Config) Validate() error {
 	for name, d := range map[string]metav1.Duration{
 		"nvml.pollInterval": c.NVML.PollInterval, "nvml.window": c.NVML.Window, "nvml.fabricGrace": c.NVML.FabricGrace,
 		"dcgm.pollInterval": c.DCGM.PollInterval, "imex.interval": c.IMEX.Interval, "imex.timeout": c.IMEX.Timeout,
-		"imex.startupGrace": c.IMEX.StartupGrace, "nvml.performance.window": c.NVML.Performance.Window,
+		"imex.startupGrace": c.IMEX.StartupGrace, "nvml.performance.window": c.NVML.Performance.Window, "draDriver.interval": c.DRADriver.Interval,
 		"dcgm.performance.window": c.DCGM.Performance.Window,
 		"publish.window":          c.Publish.Window,
 	} {

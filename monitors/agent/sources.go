@@ -7,9 +7,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuhealth/gpuhealth/monitors"
 	"github.com/gpuhealth/gpuhealth/monitors/dcgm"
+	"github.com/gpuhealth/gpuhealth/monitors/dradriver"
 	"github.com/gpuhealth/gpuhealth/monitors/imex"
 	"github.com/gpuhealth/gpuhealth/monitors/kmsg"
 	"github.com/gpuhealth/gpuhealth/monitors/nvml"
@@ -107,6 +109,16 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 					return nil, err
 				}
 				src.Pods = pods
+			}
+			out = append(out, src)
+		case dradriver.Name:
+			src := &dradriver.Source{Driver: cfg.DRADriver.Driver, NodeName: cfg.NodeName, Interval: cfg.DRADriver.Interval.Duration}
+			if deps.restConfig != nil {
+				c, err := client.New(deps.restConfig, client.Options{})
+				if err != nil {
+					return nil, fmt.Errorf("the draDriver source's apiserver client: %w", err)
+				}
+				src.Reader = c
 			}
 			out = append(out, src)
 		default:

@@ -100,6 +100,19 @@ func Find(ctx context.Context, r client.Reader, driver, node, uuid string) (Devi
 
 // findIn is Find's search over slices already read. Pure.
 func findIn(list []resourcev1.ResourceSlice, driver, node, uuid string) (Device, bool) {
+	for _, s := range Current(list, driver, node) {
+		for _, d := range s.Devices {
+			if DeviceUUID(d, driver) == uuid {
+				return Device{Driver: driver, Pool: s.Pool.Name, Name: d.Name, Node: node, UUID: uuid}, true
+			}
+		}
+	}
+	return Device{}, false
+}
+
+// Current are the driver's slices of node in the newest generation of
+// each pool: older ones are the driver's leftovers. Pure.
+func Current(list []resourcev1.ResourceSlice, driver, node string) []*resourcev1.ResourceSliceSpec {
 	mine := func(s *resourcev1.ResourceSliceSpec) bool {
 		return s.Driver == driver && ptr.Deref(s.NodeName, "") == node
 	}
@@ -109,23 +122,18 @@ func findIn(list []resourcev1.ResourceSlice, driver, node, uuid string) (Device,
 			newest[s.Pool.Name] = max(newest[s.Pool.Name], s.Pool.Generation)
 		}
 	}
+	var out []*resourcev1.ResourceSliceSpec
 	for i := range list {
-		s := &list[i].Spec
-		if !mine(s) || s.Pool.Generation < newest[s.Pool.Name] {
-			continue
-		}
-		for _, d := range s.Devices {
-			if deviceUUID(d, driver) == uuid {
-				return Device{Driver: driver, Pool: s.Pool.Name, Name: d.Name, Node: node, UUID: uuid}, true
-			}
+		if s := &list[i].Spec; mine(s) && s.Pool.Generation >= newest[s.Pool.Name] {
+			out = append(out, s)
 		}
 	}
-	return Device{}, false
+	return out
 }
 
-// deviceUUID is the device's uuid attribute: a bare name is in the
+// DeviceUUID is the device's uuid attribute: a bare name is in the
 // driver's domain, so "uuid" and "<driver>/uuid" are the same attribute.
-func deviceUUID(d resourcev1.Device, driver string) string {
+func DeviceUUID(d resourcev1.Device, driver string) string {
 	for _, key := range []resourcev1.QualifiedName{"uuid", resourcev1.QualifiedName(driver + "/uuid")} {
 		if a, ok := d.Attributes[key]; ok && a.StringValue != nil {
 			return *a.StringValue
