@@ -25,6 +25,7 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/monitors"
 	"github.com/gpuhealth/gpuhealth/remediation/devicetaint"
+	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
 
 // Name is the source's name in the agent's configuration.
@@ -34,9 +35,9 @@ const Name = "draDriver"
 const (
 	DefaultDriver = "gpu.nvidia.com"
 	// XIDTaint's value is the decimal XID.
-	XIDTaint = "gpu.nvidia.com/xid"
+	XIDTaint = job.DriverXIDTaint
 	// GPULostTaint has no value.
-	GPULostTaint = "gpu.nvidia.com/gpu-lost"
+	GPULostTaint = job.DriverGPULostTaint
 	// defaultInterval is how often the slices are read.
 	defaultInterval = 30 * time.Second
 )

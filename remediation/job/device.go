@@ -18,6 +18,12 @@ import (
 // UUID in, for a command such as nvidia-smi -r -i $(GPUHEALTH_GPU_UUID).
 const GPUUUIDEnv = "GPUHEALTH_GPU_UUID"
 
+// The health taints NVIDIA's DRA driver puts on its own devices.
+const (
+	DriverXIDTaint     = "gpu.nvidia.com/xid"
+	DriverGPULostTaint = "gpu.nvidia.com/gpu-lost"
+)
+
 // claimName is the pod's name for the claim of its one GPU.
 const claimName = "gpu"
 
@@ -63,7 +69,10 @@ func BuildDevice(kind Kind, d Device, namespace string, attempt int32, started t
 // in the driver's domain, is the GPU's (a CEL selector; the UUID is a
 // quoted literal of the characters a finding's component id allows),
 // tolerating the quarantine's taint with each effect spelled out — the
-// eviction controller honours only a toleration whose effect is NoExecute.
+// eviction controller honours only a toleration whose effect is NoExecute —
+// and the health taints NVIDIA's driver puts on a GPU itself (NoSchedule,
+// which it never lifts until its plugin restarts), so that the GPU it
+// tainted can be tested at all.
 func DeviceClaimTemplate(kind Kind, d Device, namespace string, attempt int32, started time.Time) *resourcev1.ResourceClaimTemplate {
 	name := DeviceName(kind, d, attempt, started)
 	tolerate := func(effect resourcev1.DeviceTaintEffect) resourcev1.DeviceToleration {
@@ -78,7 +87,9 @@ func DeviceClaimTemplate(kind Kind, d Device, namespace string, attempt int32, s
 				Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
 					Expression: "device.attributes[" + strconv.Quote(d.Driver) + "].uuid == " + strconv.Quote(d.UUID),
 				}}},
-				Tolerations: []resourcev1.DeviceToleration{tolerate(resourcev1.DeviceTaintEffectNoSchedule), tolerate(resourcev1.DeviceTaintEffectNoExecute)},
+				Tolerations: []resourcev1.DeviceToleration{tolerate(resourcev1.DeviceTaintEffectNoSchedule), tolerate(resourcev1.DeviceTaintEffectNoExecute),
+					{Key: DriverXIDTaint, Operator: resourcev1.DeviceTolerationOpExists, Effect: resourcev1.DeviceTaintEffectNoSchedule},
+					{Key: DriverGPULostTaint, Operator: resourcev1.DeviceTolerationOpExists, Effect: resourcev1.DeviceTaintEffectNoSchedule}},
 			}}},
 		}}},
 	}
