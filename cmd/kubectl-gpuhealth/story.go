@@ -275,6 +275,10 @@ func timeline(s *Story) []Entry {
 			from = "(new)"
 		}
 		text := fmt.Sprintf("%s → %s  %s", from, tr.To, tr.Reason)
+		if tr.From == tr.To && tr.From != "" {
+			// A note: no phase changed (a GPU out alone, a hand-off).
+			text = tr.Reason
+		}
 		if tr.Message != "" {
 			text += ": " + tr.Message
 		}

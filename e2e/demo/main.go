@@ -2,8 +2,12 @@
 // cluster with four fake GPU nodes and a sample training workload, runs the
 // real gpuhealth-operator and a real gpuhealth-monitor per node (with a fake
 // NVML library), injects XID 79 on one node and prints the story live until
-// that node is Healthy again. The cluster and processes stay up afterwards;
-// `make demo-down` (demo -down) removes them.
+// that node is Healthy again. Then it publishes another node's GPUs as
+// NVIDIA's DRA driver would, runs eight ranks there that each claim one
+// GPU, injects XID 48 on one GPU and prints how that GPU alone goes out of
+// service and back while the node and the seven other ranks run on. The
+// cluster and processes stay up afterwards; `make demo-down` (demo -down)
+// removes them.
 package main
 
 import (
@@ -12,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -20,8 +25,10 @@ import (
 	"syscall"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,6 +39,11 @@ import (
 const (
 	clusterName = "gpuhealth-demo"
 	faultyNode  = "gpu-node-1"
+	// draNode publishes its GPUs as NVIDIA's DRA driver does; gpu-5 of it
+	// fails alone.
+	draNode      = "gpu-node-3"
+	draNodeIndex = 3
+	draGPU       = 5
 )
 
 // demoPolicy shortens the default policy's waits so the story takes
@@ -135,7 +147,7 @@ func run(dir string) error {
 	if err := env.Monitors[faultyNode].InjectXID(3, 79); err != nil {
 		return err
 	}
-	w := &watcher{c: c, events: map[string]string{}, phases: map[string]string{}}
+	w := &watcher{c: c, events: map[string]string{}, phases: map[string]string{}, devices: map[string]string{}}
 	err = framework.Poll(ctx, 5*time.Minute, func() (bool, string) {
 		w.poll(ctx)
 		w.pollPods(ctx, env)
@@ -147,6 +159,9 @@ func run(dir string) error {
 	say("%s is Healthy again — %s after make demo started", faultyNode, time.Since(started).Round(time.Second))
 	printPods(ctx, env)
 	printNodeEvents(ctx, c, faultyNode)
+	if err := oneGPU(ctx, env, w); err != nil {
+		return err
+	}
 	fmt.Printf(`
 The cluster, the operator and the monitors keep running. Look around:
 
@@ -162,11 +177,13 @@ The cluster, the operator and the monitors keep running. Look around:
                                           # the kubectl plugin, kubectl-gpuhealth
   kubectl gpuhealth status                # the fleet: phases, budgets, breakers, Failed nodes
   kubectl gpuhealth story %s   # the node's story in time order
+  kubectl gpuhealth story %s   # one GPU out of service alone, and back
+  kubectl get deviceTaintRules            # a GPU out alone has one while it is out
 
 Inject another fault:  echo "xid device=0 code=48 at=@$(date +%%s)" >> %s
 Logs:                  %s/operator.log, %s/<node>/monitor.log
 Remove everything:     make demo-down
-`, env.Cluster.Kubeconfig, faultyNode, framework.Namespace, faultyNode, pluginDir(), faultyNode, env.Monitors["gpu-node-2"].Scenario, dir, dir)
+`, env.Cluster.Kubeconfig, faultyNode, framework.Namespace, faultyNode, pluginDir(), faultyNode, draNode, env.Monitors["gpu-node-2"].Scenario, dir, dir)
 	return nil
 }
 
@@ -231,6 +248,91 @@ type watcher struct {
 	phases   map[string]string
 	sawFault bool
 	pods     string
+	// devices are the GPUs out alone as last printed, by node/device.
+	devices map[string]string
+}
+
+// oneGPU is the demo's second act: XID 48 on one GPU of a node whose GPUs
+// a DRA driver publishes takes that GPU alone out of service and back.
+func oneGPU(ctx context.Context, env *framework.Env, w *watcher) error {
+	say("publishing the GPUs of %s as NVIDIA's DRA driver does (ResourceSlice: pool %s, gpu-0…7 with their UUIDs)", draNode, draNode)
+	if _, err := framework.PublishGPUs(ctx, env.Cluster, draNode, draNodeIndex); err != nil {
+		return err
+	}
+	c := env.Cluster.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ranks"}}); err != nil {
+		return err
+	}
+	if err := framework.OneGPUClaimTemplate(ctx, env.Cluster, "ranks", "one-gpu"); err != nil {
+		return err
+	}
+	say("starting 8 ranks on %s, each claiming one GPU through a ResourceClaimTemplate", draNode)
+	labels := map[string]string{"app": "ranks"}
+	if err := c.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "ranks", Namespace: "ranks"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](8), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				NodeSelector:   map[string]string{"kubernetes.io/hostname": draNode},
+				Tolerations:    []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}},
+				Containers: []corev1.Container{{Name: "rank", Image: "registry.invalid/rank:kwok",
+					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+			}}},
+	}); err != nil {
+		return err
+	}
+	running := func() map[string]bool {
+		var pods corev1.PodList
+		uids := map[string]bool{}
+		if c.List(ctx, &pods, client.InNamespace("ranks")) != nil {
+			return uids
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				uids[string(p.UID)] = true
+			}
+		}
+		return uids
+	}
+	ranks := func() int { return len(running()) }
+	if err := framework.Poll(ctx, 2*time.Minute, func() (bool, string) {
+		return ranks() == 8, fmt.Sprintf("%d of 8 ranks running", ranks())
+	}); err != nil {
+		return err
+	}
+	before := running()
+	say("injecting XID 48 (double-bit ECC error) on %s, GPU %d: NVIDIA's catalog says a reset of that GPU clears it", draNode, draGPU)
+	if err := env.Monitors[draNode].InjectXID(draGPU, 48); err != nil {
+		return err
+	}
+	out := false
+	if err := framework.Poll(ctx, 5*time.Minute, func() (bool, string) {
+		w.poll(ctx)
+		nh := &gpuhealthv1alpha1.NodeHealth{}
+		if c.Get(ctx, client.ObjectKey{Name: draNode}, nh) == nil {
+			out = out || len(nh.Status.Devices) > 0
+			return out && len(nh.Status.Devices) == 0, "waiting for the GPU to come back"
+		}
+		return false, "reading the NodeHealth"
+	}); err != nil {
+		return err
+	}
+	if err := framework.Poll(ctx, time.Minute, func() (bool, string) {
+		return ranks() == 8, fmt.Sprintf("%d of 8 ranks running", ranks())
+	}); err != nil {
+		return err
+	}
+	after, kept := running(), 0
+	for uid := range before {
+		if after[uid] {
+			kept++
+		}
+	}
+	say("GPU %d of %s is back in service and holds a rank again; the node never left service, and %d of the 8 ranks ran on undisturbed", draGPU, draNode, kept)
+	story := exec.CommandContext(ctx, filepath.Join(pluginDir(), "kubectl-gpuhealth"), "story", draNode, "--kubeconfig", env.Cluster.Kubeconfig)
+	b, err := story.CombinedOutput()
+	fmt.Printf("\n$ kubectl gpuhealth story %s\n%s\n", draNode, b)
+	return err
 }
 
 // pollPods prints where the training pods run when that changes.
@@ -275,6 +377,22 @@ func (w *watcher) poll(ctx context.Context) {
 			detail := nh.Status.Reason
 			if d := nh.Status.Drain; d != nil && p == string(gpuhealthv1alpha1.PhaseDraining) {
 				detail += fmt.Sprintf(", %d of %d pods left", d.PodsRemaining, d.PodsTotal)
+			}
+			seen := map[string]bool{}
+			for _, d := range nh.Status.Devices {
+				key := nh.Name + "/" + d.Device
+				seen[key] = true
+				s := string(d.Phase) + ": " + d.Message
+				if w.devices[key] != s {
+					w.devices[key] = s
+					say("GPU %s of %s (out alone, the node stays %s): %s", d.Device, nh.Name, orDash(p), s)
+				}
+			}
+			for key := range w.devices {
+				if strings.HasPrefix(key, nh.Name+"/") && !seen[key] {
+					delete(w.devices, key)
+					say("GPU %s is back in service", key)
+				}
 			}
 			s := p + "|" + detail
 			if w.phases[nh.Name+"|"] != s {
