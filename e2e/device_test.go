@@ -8,7 +8,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -92,29 +91,12 @@ func testDeviceQuarantineOneGPU(t *testing.T) {
 	unpublish, err := framework.PublishGPUs(ctx, env.Cluster, n, index)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = unpublish(ctx) })
-	g.Expect(env.Cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 	t.Cleanup(func() {
 		_ = env.Cluster.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	})
-	g.Expect(framework.OneGPUClaimTemplate(ctx, env.Cluster, ns, "one-gpu")).To(Succeed())
-	labels := map[string]string{"app": "ranks"}
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "ranks", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](8), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector:   map[string]string{"kubernetes.io/hostname": n},
-					Tolerations:    []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}},
-					ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}},
-					Containers: []corev1.Container{{Name: "rank", Image: "registry.invalid/rank:kwok",
-						Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
-				},
-			},
-		},
-	}
-	g.Expect(env.Cluster.Client.Create(ctx, deploy)).To(Succeed())
+	deploy, err := framework.CreateRanks(ctx, env.Cluster, ns, "ranks", n, 8)
+	g.Expect(err).NotTo(HaveOccurred())
+	labels := deploy.Spec.Selector.MatchLabels
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "ranks", Namespace: ns},
 		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, MaxUnavailable: ptr.To(intstr.FromInt32(0))},

@@ -76,13 +76,7 @@ func (h *harness) gpuFault(node, uuid, code string) *gpuhealthv1alpha1.NodeHealt
 		NodeName: node, Source: gpuhealthv1alpha1.SourceNVML, Check: gpuhealthv1alpha1.CheckXID, Code: code, Severity: gpuhealthv1alpha1.SeverityFatal,
 		Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: uuid}, Message: "test finding",
 	}
-	ev := &gpuhealthv1alpha1.NodeHealthEvent{ObjectMeta: metav1.ObjectMeta{Name: spec.EventName()}, Spec: spec}
-	h.g.Expect(k8sClient.Create(h.ctx, ev)).To(Succeed())
-	h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ev) })
-	now := metav1.NewTime(h.clock.Now())
-	ev.Status = gpuhealthv1alpha1.NodeHealthEventStatus{Count: 1, FirstSeen: &now, LastSeen: &now}
-	h.g.Expect(k8sClient.Status().Update(h.ctx, ev)).To(Succeed())
-	return ev
+	return h.finding(spec)
 }
 
 func perGPUPolicy(s *gpuhealthv1alpha1.RemediationPolicySpec) {

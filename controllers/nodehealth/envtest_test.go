@@ -140,6 +140,12 @@ func (h *harness) fault(node string, check gpuhealthv1alpha1.Check, code string)
 	if check == gpuhealthv1alpha1.CheckNVLinkErrors {
 		spec.Component = gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentNVLink, ID: "GPU-0000/link-1"}
 	}
+	return h.finding(spec)
+}
+
+// finding creates a finding of spec, seen once just now.
+func (h *harness) finding(spec gpuhealthv1alpha1.NodeHealthEventSpec) *gpuhealthv1alpha1.NodeHealthEvent {
+	h.t.Helper()
 	ev := &gpuhealthv1alpha1.NodeHealthEvent{ObjectMeta: metav1.ObjectMeta{Name: spec.EventName()}, Spec: spec}
 	h.g.Expect(k8sClient.Create(h.ctx, ev)).To(Succeed())
 	h.t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ev) })

@@ -25,10 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -260,25 +258,8 @@ func oneGPU(ctx context.Context, env *framework.Env, w *watcher) error {
 		return err
 	}
 	c := env.Cluster.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ranks"}}); err != nil {
-		return err
-	}
-	if err := framework.OneGPUClaimTemplate(ctx, env.Cluster, "ranks", "one-gpu"); err != nil {
-		return err
-	}
 	say("starting 8 ranks on %s, each claiming one GPU through a ResourceClaimTemplate", draNode)
-	labels := map[string]string{"app": "ranks"}
-	if err := c.Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "ranks", Namespace: "ranks"},
-		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](8), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				NodeSelector:   map[string]string{"kubernetes.io/hostname": draNode},
-				Tolerations:    []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}},
-				Containers: []corev1.Container{{Name: "rank", Image: "registry.invalid/rank:kwok",
-					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
-			}}},
-	}); err != nil {
+	if _, err := framework.CreateRanks(ctx, env.Cluster, "ranks", "ranks", draNode, 8); err != nil {
 		return err
 	}
 	running := func() map[string]bool {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -71,4 +73,32 @@ func OneGPUClaimTemplate(ctx context.Context, c *Cluster, namespace, name string
 		return fmt.Errorf("creating resourceclaimtemplate %s/%s: %w", namespace, name, err)
 	}
 	return nil
+}
+
+// CreateRanks creates namespace (if need be), the ResourceClaimTemplate
+// one-gpu in it and a Deployment named name of n ranks on node, each
+// claiming one GPU through the template, labelled app=<name>.
+func CreateRanks(ctx context.Context, c *Cluster, namespace, name, node string, n int32) (*appsv1.Deployment, error) {
+	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating namespace %s: %w", namespace, err)
+	}
+	if err := OneGPUClaimTemplate(ctx, c, namespace, "one-gpu"); err != nil {
+		return nil, err
+	}
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(n), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				NodeSelector:   map[string]string{"kubernetes.io/hostname": node},
+				Tolerations:    []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}},
+				Containers: []corev1.Container{{Name: "rank", Image: "registry.invalid/rank:kwok",
+					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+			}}},
+	}
+	if err := c.Client.Create(ctx, d); err != nil {
+		return nil, fmt.Errorf("creating deployment %s/%s: %w", namespace, name, err)
+	}
+	return d, nil
 }

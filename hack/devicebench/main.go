@@ -20,13 +20,10 @@ import (
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -259,25 +256,8 @@ func (b *bench) scope(s gpuhealthv1alpha1.RuleScope) error {
 
 // ranks creates eight pods on node, each claiming one GPU.
 func (b *bench) ranks(node string) error {
-	ns := "bench-" + node
-	if err := b.c.Create(b.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return err
-	}
-	if err := framework.OneGPUClaimTemplate(b.ctx, b.env.Cluster, ns, "one-gpu"); err != nil {
-		return err
-	}
-	labels := map[string]string{"app": "ranks"}
-	return b.c.Create(b.ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "ranks", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](8), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				NodeSelector:   map[string]string{"kubernetes.io/hostname": node},
-				Tolerations:    []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}},
-				Containers: []corev1.Container{{Name: "rank", Image: "registry.invalid/rank:kwok",
-					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
-			}}},
-	})
+	_, err := framework.CreateRanks(b.ctx, b.env.Cluster, "bench-"+node, "ranks", node, 8)
+	return err
 }
 
 // rankUIDs are the UIDs of node's running ranks.

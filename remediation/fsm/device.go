@@ -74,15 +74,9 @@ func NewDevice(current DevicePhase) (*DeviceMachine, error) {
 	if !known {
 		return nil, fmt.Errorf("unknown device phase %q", current)
 	}
-	events := make(fsm.Events, 0, len(deviceTransitions))
-	for _, t := range deviceTransitions {
-		src := make([]string, len(t.From))
-		for i, p := range t.From {
-			src[i] = string(p)
-		}
-		events = append(events, fsm.EventDesc{Name: string(t.Event), Src: src, Dst: string(t.To)})
-	}
-	return &DeviceMachine{f: fsm.NewFSM(string(current), events, nil)}, nil
+	return &DeviceMachine{f: fsm.NewFSM(string(current), eventsOf(len(deviceTransitions), func(i int) (DeviceEvent, []DevicePhase, DevicePhase) {
+		return deviceTransitions[i].Event, deviceTransitions[i].From, deviceTransitions[i].To
+	}), nil)}, nil
 }
 
 // Phase is the machine's current phase.

@@ -124,15 +124,24 @@ func New(current phase) (*Machine, error) {
 	if !known {
 		return nil, fmt.Errorf("unknown phase %q", current)
 	}
-	events := make(fsm.Events, 0, len(transitions))
-	for _, t := range transitions {
-		src := make([]string, len(t.From))
-		for i, p := range t.From {
-			src[i] = string(p)
+	return &Machine{f: fsm.NewFSM(string(current), eventsOf(len(transitions), func(i int) (Event, []phase, phase) {
+		return transitions[i].Event, transitions[i].From, transitions[i].To
+	}), nil)}, nil
+}
+
+// eventsOf is a table of n transitions, the i-th given by at, as
+// looplab/fsm's events.
+func eventsOf[E, P ~string](n int, at func(i int) (E, []P, P)) fsm.Events {
+	events := make(fsm.Events, 0, n)
+	for i := range n {
+		e, from, to := at(i)
+		src := make([]string, len(from))
+		for j, p := range from {
+			src[j] = string(p)
 		}
-		events = append(events, fsm.EventDesc{Name: string(t.Event), Src: src, Dst: string(t.To)})
+		events = append(events, fsm.EventDesc{Name: string(e), Src: src, Dst: string(to)})
 	}
-	return &Machine{f: fsm.NewFSM(string(current), events, nil)}, nil
+	return events
 }
 
 // Phase is the machine's current phase.
