@@ -33,9 +33,9 @@ const (
 	// DaemonCliqueLabel is the label a v25.12+ daemon puts on its own pod.
 	DaemonCliqueLabel = "resource.nvidia.com/computeDomain.cliqueID"
 	// WorkloadDomainLabel marks a workload pod as holding the channel
-	// claim of the ComputeDomain it names (in the pod's namespace). The
-	// kwok cluster allocates no DRA devices, so a label stands for the
-	// pod's resourceClaims entry.
+	// claim of the ComputeDomain it names (in the pod's namespace).
+	// Nothing here publishes the driver's channel devices, so a label
+	// stands for the pod's resourceClaims entry.
 	WorkloadDomainLabel = "e2e.gpuhealth.dev/compute-domain"
 )
 
