@@ -22,6 +22,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -37,6 +38,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/controllers/nodehealth"
 	"github.com/gpuhealth/gpuhealth/internal/test/apirecord"
 	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
+	"github.com/gpuhealth/gpuhealth/remediation/devicetaint"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 	"github.com/gpuhealth/gpuhealth/remediation/member"
 )
@@ -275,6 +277,28 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	}
 	g.Expect(admin.Create(ctx, unfinished)).To(Succeed())
 	g.Expect(job.DeleteUnfinished(ctx, operator, namespace, node.Name)).To(ConsistOf(unfinished.Name))
+	// One GPU out of service alone: its slice read, its rule made, raised
+	// to NoExecute, listed and deleted, a holder's claim read, and the
+	// claim template of its test made and, on return, deleted.
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: label + "-gpus"},
+		Spec: resourcev1.ResourceSliceSpec{Driver: devicetaint.DefaultDriver, NodeName: ptr.To(node.Name),
+			Pool:    resourcev1.ResourcePool{Name: node.Name, Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourcev1.Device{{Name: "gpu-0", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To("GPU-0000")}}}}}}
+	g.Expect(admin.Create(ctx, slice)).To(Succeed())
+	dev, err := devicetaint.Find(ctx, operator, devicetaint.DefaultDriver, node.Name, "GPU-0000")
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = devicetaint.Ensure(ctx, operator, devicetaint.Rule(dev, resourcev1.DeviceTaintEffectNoSchedule, "xid-48"))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = devicetaint.Ensure(ctx, operator, devicetaint.Rule(dev, resourcev1.DeviceTaintEffectNoExecute, "xid-48"))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = devicetaint.Owned(ctx, operator, node.Name)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(devicetaint.Remove(ctx, operator, devicetaint.RuleName(node.Name, dev.Name))).To(Succeed())
+	g.Expect(client.IgnoreNotFound(operator.Get(ctx, client.ObjectKey{Namespace: "default", Name: label + "-claim"}, &resourcev1.ResourceClaim{}))).To(Succeed())
+	jd := job.Device{Node: node.Name, Name: dev.Name, UUID: dev.UUID, Driver: dev.Driver, Class: devicetaint.DefaultDriver, TaintKey: devicetaint.TaintKey}
+	g.Expect(operator.Create(ctx, job.DeviceClaimTemplate(job.DeviceRecertification, jd, namespace, 1, now.Time))).To(Succeed())
+	g.Expect(operator.DeleteAllOf(ctx, &resourcev1.ResourceClaimTemplate{}, client.InNamespace(namespace),
+		client.MatchingLabels{job.NodeLabel: node.Name, job.DeviceLabel: dev.Name})).To(Succeed())
 	// The same Event twice: the second is a series, which the recorder
 	// patches onto the first.
 	recorder := mgr.GetEventRecorder(nodehealth.FieldManager)

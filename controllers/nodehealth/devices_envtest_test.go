@@ -4,18 +4,22 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/devicetaint"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
@@ -167,4 +171,70 @@ func TestDeviceEscalatesWhenNotPublished(t *testing.T) {
 	h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(ev), got)).To(Succeed())
 	h.g.Expect(got.Status.Classification.Reason).To(ContainSubstring("not published by DRA driver gpu.nvidia.com"))
 	h.g.Expect(h.nodeHealth(n.Name).Status.Devices).To(BeEmpty())
+}
+
+// TestDeviceDryRunReportsWhatWouldBeEvicted: under a dry-run policy the
+// GPU's rule has the effect None, nothing is evicted, and what
+// kube-controller-manager says the rule would have evicted is the GPU's
+// wouldEvict.
+func TestDeviceDryRunReportsWhatWouldBeEvicted(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		perGPUPolicy(s)
+		s.DryRun = true
+	})
+	n := h.node("a", nil)
+	uuids := h.draNode(n.Name)
+	holder := h.claimedPod(n.Name, h.label+"-holder", 2)
+	h.reconcile(n.Name)
+	h.gpuFault(n.Name, uuids[2], "48")
+	h.reconcile(n.Name)
+	rule := &resourcev1.DeviceTaintRule{}
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: devicetaint.RuleName(n.Name, "gpu-2")}, rule)).To(Succeed())
+	h.g.Expect(rule.Spec.Taint.Effect).To(Equal(resourcev1.DeviceTaintEffectNone))
+
+	// kube-controller-manager's device-taint eviction controller counts.
+	rule.Status.Conditions = []metav1.Condition{{Type: resourcev1.DeviceTaintConditionEvictionInProgress, Status: metav1.ConditionFalse,
+		Reason: "NoEffect", ObservedGeneration: rule.Generation, LastTransitionTime: metav1.NewTime(h.clock.Now()),
+		Message: "1 published devices selected. 1 allocated devices selected. 1 pods would be evicted in 1 namespace(s) if the effect was NoExecute. This information will not be updated again. Recreate the DeviceTaintRule to trigger an update."}}
+	h.g.Expect(k8sClient.Status().Update(h.ctx, rule)).To(Succeed())
+	h.reconcile(n.Name)
+	e := h.nodeHealth(n.Name).Status.Devices[0]
+	h.g.Expect(e.Phase).To(Equal(gpuhealthv1alpha1.DeviceQuarantined), "a dry run never drains")
+	h.g.Expect(e.WouldEvict).To(Equal(ptr.To[int32](1)))
+	got := &corev1.Pod{}
+	h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(holder), got)).To(Succeed())
+	h.g.Expect(got.DeletionTimestamp).To(BeNil(), "nothing is evicted")
+	h.g.Expect(h.events()).To(ContainElement(ContainSubstring("would have evicted 1 pods")))
+}
+
+// TestDeviceBreakerCountsGPUs: the device breaker, its threshold taken of
+// the managed GPUs, holds a second GPU back while the node breaker, which
+// counts nodes, is untouched.
+func TestDeviceBreakerCountsGPUs(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		perGPUPolicy(s)
+		s.CircuitBreaker.Threshold = ptr.To(intstr.FromInt32(1))
+		s.CircuitBreaker.Window = dur("10m")
+		s.CircuitBreaker.CoolDown = dur("30m")
+	})
+	a, b := h.node("a", nil), h.node("b", nil)
+	ua, ub := h.draNode(a.Name), h.draNode(b.Name)
+	h.reconcile(a.Name)
+	h.reconcile(b.Name)
+	h.gpuFault(a.Name, ua[0], "48")
+	h.reconcile(a.Name)
+	h.g.Expect(h.nodeHealth(a.Name).Status.Devices).To(HaveLen(1))
+	h.gpuFault(b.Name, ub[0], "48")
+	h.reconcile(b.Name)
+	nh := h.nodeHealth(b.Name)
+	h.g.Expect(nh.Status.Devices).To(BeEmpty(), "the second GPU is held back")
+	h.g.Expect(nh.Status.Phase).To(Equal(healthy), "and not taken out with its node")
+	c := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDevicesOutOfServiceCondition)
+	h.g.Expect(c).NotTo(BeNil())
+	h.g.Expect(c.Reason).To(Equal(gpuhealthv1alpha1.ReasonDeviceHeld))
+	h.g.Expect(c.Message).To(ContainSubstring("device circuit breaker"))
+	allowed, _ := h.r.Breaker.Check(h.label, breaker.Settings{Limit: 1, Window: 10 * time.Minute, CoolDown: 30 * time.Minute}, h.clock.Now())
+	h.g.Expect(allowed).To(BeTrue(), "the node breaker counted no device")
 }

@@ -19,8 +19,11 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/devicetaint"
 )
 
-// +kubebuilder:rbac:groups=resource.k8s.io,resources=devicetaintrules,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices;resourceclaims,verbs=get;list;watch
+// The one-GPU workflow reads slices, rules and claims from the apiserver,
+// never through a cache (no watch), and writes only its own rules.
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=devicetaintrules,verbs=get;list;create;update;delete
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=list
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims,verbs=get
 
 // defaultMaxUnavailableDevices is a policy's maxUnavailableDevices when it sets none.
 var defaultMaxUnavailableDevices = intstr.FromString("5%")

@@ -12,7 +12,7 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
 
-// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=get;create;delete;deletecollection,namespace=gpuhealth-system
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=create;deletecollection,namespace=gpuhealth-system
 
 // GPUUUIDEnv is the variable a per-GPU Job's container finds its GPU's
 // UUID in, for a command such as nvidia-smi -r -i $(GPUHEALTH_GPU_UUID).
