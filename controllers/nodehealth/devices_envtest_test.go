@@ -73,11 +73,11 @@ func (h *harness) claimedPod(node, name string, i int) *corev1.Pod {
 	return p
 }
 
-// gpuFault creates a finding of XID code on the GPU uuid.
-func (h *harness) gpuFault(node, uuid, code string) *gpuhealthv1alpha1.NodeHealthEvent {
+// gpuFault creates a finding of XID 48 (one GPU's, reset clears it) on the GPU uuid.
+func (h *harness) gpuFault(node, uuid string) *gpuhealthv1alpha1.NodeHealthEvent {
 	h.t.Helper()
 	spec := gpuhealthv1alpha1.NodeHealthEventSpec{
-		NodeName: node, Source: gpuhealthv1alpha1.SourceNVML, Check: gpuhealthv1alpha1.CheckXID, Code: code, Severity: gpuhealthv1alpha1.SeverityFatal,
+		NodeName: node, Source: gpuhealthv1alpha1.SourceNVML, Check: gpuhealthv1alpha1.CheckXID, Code: "48", Severity: gpuhealthv1alpha1.SeverityFatal,
 		Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: uuid}, Message: "test finding",
 	}
 	return h.finding(spec)
@@ -103,7 +103,7 @@ func TestDeviceQuarantineCycle(t *testing.T) {
 	other := h.claimedPod(n.Name, h.label+"-other", 1)
 	h.reconcile(n.Name)
 
-	ev := h.gpuFault(n.Name, uuids[3], "48")
+	ev := h.gpuFault(n.Name, uuids[3])
 	h.reconcile(n.Name)
 	nh := h.nodeHealth(n.Name)
 	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
@@ -164,7 +164,7 @@ func TestDeviceEscalatesWhenNotPublished(t *testing.T) {
 	h.policy(perGPUPolicy)
 	n := h.node("a", nil)
 	h.reconcile(n.Name)
-	ev := h.gpuFault(n.Name, "GPU-00000000-dead-4bbb-8ccc-000000000009", "48")
+	ev := h.gpuFault(n.Name, "GPU-00000000-dead-4bbb-8ccc-000000000009")
 	h.reconcile(n.Name)
 	h.g.Expect(h.phase(n.Name)).NotTo(Equal(healthy))
 	got := &gpuhealthv1alpha1.NodeHealthEvent{}
@@ -187,7 +187,7 @@ func TestDeviceDryRunReportsWhatWouldBeEvicted(t *testing.T) {
 	uuids := h.draNode(n.Name)
 	holder := h.claimedPod(n.Name, h.label+"-holder", 2)
 	h.reconcile(n.Name)
-	h.gpuFault(n.Name, uuids[2], "48")
+	h.gpuFault(n.Name, uuids[2])
 	h.reconcile(n.Name)
 	rule := &resourcev1.DeviceTaintRule{}
 	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: devicetaint.RuleName(n.Name, "gpu-2")}, rule)).To(Succeed())
@@ -223,10 +223,10 @@ func TestDeviceBreakerCountsGPUs(t *testing.T) {
 	ua, ub := h.draNode(a.Name), h.draNode(b.Name)
 	h.reconcile(a.Name)
 	h.reconcile(b.Name)
-	h.gpuFault(a.Name, ua[0], "48")
+	h.gpuFault(a.Name, ua[0])
 	h.reconcile(a.Name)
 	h.g.Expect(h.nodeHealth(a.Name).Status.Devices).To(HaveLen(1))
-	h.gpuFault(b.Name, ub[0], "48")
+	h.gpuFault(b.Name, ub[0])
 	h.reconcile(b.Name)
 	nh := h.nodeHealth(b.Name)
 	h.g.Expect(nh.Status.Devices).To(BeEmpty(), "the second GPU is held back")
