@@ -3,6 +3,7 @@ package nodehealth
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,6 +66,17 @@ func (r *Reconciler) admit(ctx context.Context, o *observation, p *plan) (*ticke
 			p = decide(o)
 		}
 	}
+	if p.reserveDevices > 0 && o.devices != nil {
+		// GPUs taken out alone are counted again from the apiserver, and
+		// written, inside the lock, as a drain is: two nodes never take the
+		// last GPU of maxUnavailableDevices together.
+		if !r.admission.mu.TryLock() {
+			return t, nil
+		}
+		t.locked = true
+		o.devices.budget = r.liveDeviceBudget(ctx, o)
+		p = decide(o)
+	}
 	if p.reserveDevices > 0 && o.devices != nil && o.devices.breaker != nil && o.devices.breaker.enabled {
 		// The device breaker counts GPUs, each one taken back by release
 		// unless the status that takes it out is written.
@@ -92,10 +104,12 @@ func (r *Reconciler) admit(ctx context.Context, o *observation, p *plan) (*ticke
 	// A drain decided from the cache's count is counted again from the
 	// apiserver, and written, inside one lock, so two nodes never take the
 	// last slot together.
-	if !r.admission.mu.TryLock() {
-		return t, nil
+	if !t.locked {
+		if !r.admission.mu.TryLock() {
+			return t, nil
+		}
+		t.locked = true
 	}
-	t.locked = true
 	o.budgets = r.countBudgets(ctx, o, true)
 	if o.budgets.fromRecentList && (o.budgets.err != nil || len(o.budgets.blocked) > 0) {
 		// A refusal is decided on a fresh list only.
@@ -114,7 +128,7 @@ func (t *ticket) keep() { t.kept = true }
 func (t *ticket) wrote(node string, status *gpuhealthv1alpha1.NodeHealthStatus) {
 	t.kept = true
 	if l := t.r.admission.recent; t.locked && l != nil {
-		l.wrote[node] = counted{phase: status.Phase, computeDomain: status.ComputeDomain.DeepCopy()}
+		l.wrote[node] = counted{phase: status.Phase, computeDomain: status.ComputeDomain.DeepCopy(), devices: slices.Clone(status.Devices)}
 	}
 }
 
@@ -161,10 +175,12 @@ type recentList struct {
 type counted struct {
 	phase         gpuhealthv1alpha1.NodeHealthPhase
 	computeDomain *gpuhealthv1alpha1.ComputeDomainMembership
+	// devices are its GPUs out alone (maxUnavailableDevices counts them).
+	devices []gpuhealthv1alpha1.DeviceStatus
 }
 
 func (c counted) layOver(st *gpuhealthv1alpha1.NodeHealthStatus) {
-	st.Phase, st.ComputeDomain = c.phase, c.computeDomain
+	st.Phase, st.ComputeDomain, st.Devices = c.phase, c.computeDomain, c.devices
 }
 
 // liveNodeHealths returns the NodeHealths for a count under admission.mu: the

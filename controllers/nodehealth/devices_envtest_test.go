@@ -238,3 +238,40 @@ func TestDeviceBreakerCountsGPUs(t *testing.T) {
 	allowed, _ := h.r.Breaker.Check(h.label, breaker.Settings{Limit: 1, Window: 10 * time.Minute, CoolDown: 30 * time.Minute}, h.clock.Now())
 	h.g.Expect(allowed).To(BeTrue(), "the node breaker counted no device")
 }
+
+// TestDeviceBudgetCountsFromTheAPIServer: maxUnavailableDevices 1 lets
+// one GPU out; a second node's GPU waits, counted from the apiserver
+// under the admission lock, and goes out once the first is back.
+func TestDeviceBudgetCountsFromTheAPIServer(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		perGPUPolicy(s)
+		s.CircuitBreaker.Enabled = ptr.To(false)
+		s.Budgets.MaxUnavailableDevices = ptr.To(intstr.FromInt32(1))
+	})
+	a, b := h.node("a", nil), h.node("b", nil)
+	ua, ub := h.draNode(a.Name), h.draNode(b.Name)
+	h.reconcile(a.Name)
+	h.reconcile(b.Name)
+	h.gpuFault(a.Name, ua[0])
+	h.reconcile(a.Name)
+	h.g.Expect(h.nodeHealth(a.Name).Status.Devices).To(HaveLen(1))
+	h.gpuFault(b.Name, ub[0])
+	h.reconcile(b.Name)
+	nh := h.nodeHealth(b.Name)
+	h.g.Expect(nh.Status.Devices).To(BeEmpty())
+	c := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDevicesOutOfServiceCondition)
+	h.g.Expect(c).NotTo(BeNil())
+	h.g.Expect(c.Message).To(ContainSubstring("budget maxUnavailableDevices allows 1 GPUs out, 1 are"))
+
+	// The first GPU passes and returns: the second goes out.
+	h.reconcile(a.Name)
+	h.reconcile(a.Name)
+	e := h.nodeHealth(a.Name).Status.Devices[0]
+	h.g.Expect(e.Phase).To(Equal(gpuhealthv1alpha1.DeviceRecertifying))
+	h.finishJob(job.DeviceName(job.DeviceRecertification, job.Device{Node: a.Name, Name: "gpu-0", UUID: ua[0], Driver: devicetaint.DefaultDriver}, 1, e.AttemptStartedAt.Time), true)
+	h.reconcile(a.Name)
+	h.g.Expect(h.nodeHealth(a.Name).Status.Devices).To(BeEmpty())
+	h.reconcile(b.Name)
+	h.g.Expect(h.nodeHealth(b.Name).Status.Devices).To(HaveLen(1))
+}

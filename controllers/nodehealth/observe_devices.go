@@ -132,22 +132,8 @@ func (r *Reconciler) deviceAdmission(ctx context.Context, o *observation) (*brea
 	if err != nil {
 		return nil, nil, err
 	}
-	gpus := 0
-	for _, lbls := range managed {
-		n, err := strconv.Atoi(lbls[gpusPerNodeLabel])
-		if err != nil || n <= 0 {
-			n = defaultGPUsPerNode
-		}
-		gpus += n
-	}
-	b := &deviceBudget{}
-	for i := range nhs {
-		if _, ok := managed[nhs[i].Name]; ok && nhs[i].Name != o.nh.Name {
-			b.out += len(nhs[i].Status.Devices)
-		}
-	}
-	b.out += len(o.nh.Status.Devices)
-	b.limit, b.err = budget.Limit(o.policy.Spec.Budgets.MaxUnavailableDevices, gpus, defaultMaxUnavailableDevices)
+	gpus := managedGPUs(managed)
+	b := deviceBudgetOf(o, managed, nhs)
 	view := &breakerView{allowed: true, message: "disabled"}
 	if breaker.Enabled(o.policy.Spec.CircuitBreaker) {
 		settings, err := breaker.SettingsFor(o.policy.Spec.CircuitBreaker, gpus)
@@ -162,6 +148,57 @@ func (r *Reconciler) deviceAdmission(ctx context.Context, o *observation) (*brea
 		view = &breakerView{allowed: allowed, message: st.Message, settings: settings, enabled: true}
 	}
 	return view, b, nil
+}
+
+// managedGPUs are the managed nodes' GPUs: gpusPerNodeLabel each, else 8.
+func managedGPUs(managed map[string]map[string]string) int {
+	gpus := 0
+	for _, lbls := range managed {
+		n, err := strconv.Atoi(lbls[gpusPerNodeLabel])
+		if err != nil || n <= 0 {
+			n = defaultGPUsPerNode
+		}
+		gpus += n
+	}
+	return gpus
+}
+
+// deviceBudgetOf counts maxUnavailableDevices over nhs: the managed
+// nodes' GPUs out alone, this node's as observed.
+func deviceBudgetOf(o *observation, managed map[string]map[string]string, nhs []gpuhealthv1alpha1.NodeHealth) *deviceBudget {
+	b := &deviceBudget{}
+	for i := range nhs {
+		if _, ok := managed[nhs[i].Name]; ok && nhs[i].Name != o.nh.Name {
+			b.out += len(nhs[i].Status.Devices)
+		}
+	}
+	b.out += len(o.nh.Status.Devices)
+	b.limit, b.err = budget.Limit(o.policy.Spec.Budgets.MaxUnavailableDevices, managedGPUs(managed), defaultMaxUnavailableDevices)
+	return b
+}
+
+// liveDeviceBudget is deviceBudgetOf counted from the apiserver (with this
+// process's writes under the lock laid over), for admission.
+func (r *Reconciler) liveDeviceBudget(ctx context.Context, o *observation) *deviceBudget {
+	managed, _, err := r.snapshot(ctx, o.policy)
+	if err != nil {
+		return &deviceBudget{err: err}
+	}
+	nhs, recent, err := r.liveNodeHealths(ctx, o)
+	if err != nil {
+		return &deviceBudget{err: err}
+	}
+	b := deviceBudgetOf(o, managed, nhs)
+	if recent && b.out >= b.limit {
+		// A refusal is decided on a fresh list only (the recent list can
+		// only over-count).
+		r.admission.recent = nil
+		if nhs, _, err = r.liveNodeHealths(ctx, o); err != nil {
+			return &deviceBudget{err: err}
+		}
+		b = deviceBudgetOf(o, managed, nhs)
+	}
+	return b
 }
 
 // deviceBreakerKey is the device breaker's name in the shared Breaker.
