@@ -187,8 +187,11 @@ func testDeviceQuarantineOneGPU(t *testing.T) {
 	g.Eventually(func(g Gomega) { g.Expect(nodeHealth(g, n).Status.Devices).To(HaveLen(1)) }).Should(Succeed())
 	injectXID(t, n, 2, 48)
 	g.Eventually(func(g Gomega) bool { return quarantined(g, n) }).Should(BeTrue(), "the node is cordoned and tainted")
-	e := event(n, gpuhealthv1alpha1.CheckXID, framework.GPUUUID(index, 2), "48")(g)
-	g.Expect(e.Status.Classification.Reason).To(ContainSubstring("more than devices.maxDevicesPerNode 1"))
+	g.Eventually(func(g Gomega) {
+		e := event(n, gpuhealthv1alpha1.CheckXID, framework.GPUUUID(index, 2), "48")(g)
+		g.Expect(e.Status.Classification).NotTo(BeNil())
+		g.Expect(e.Status.Classification.Reason).To(ContainSubstring("more than devices.maxDevicesPerNode 1"))
+	}).Should(Succeed(), "the finding says why the node went out")
 	g.Expect(env.Cluster.Client.Delete(ctx, deploy)).To(Succeed())
 	g.Eventually(phase(n), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
 	g.Eventually(func(g Gomega) {

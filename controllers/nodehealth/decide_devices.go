@@ -93,7 +93,7 @@ type deviceStepRecord struct {
 
 // nodeScopeReason says why a counting finding of scope Device is handled
 // on its node, "" when it can be handled on its GPU alone. Pure.
-func nodeScopeReason(j *judgement, o *observation, nodeInService bool) string {
+func nodeScopeReason(j *judgement, o *observation) string {
 	s := &j.event.Spec
 	switch {
 	case s.Component.Kind != gpuhealthv1alpha1.ComponentGPU:
@@ -109,9 +109,6 @@ func nodeScopeReason(j *judgement, o *observation, nodeInService bool) string {
 	if _, ok := o.devices.found[s.Component.ID]; !ok {
 		return "the GPU was not looked up in its DRA driver's ResourceSlices"
 	}
-	if !nodeInService {
-		return "the node is out of service already"
-	}
 	return ""
 }
 
@@ -119,7 +116,9 @@ func nodeScopeReason(j *judgement, o *observation, nodeInService bool) string {
 // GPU handled alone stop counting against the node (their judgement says
 // so), by UUID; the others stay and say why. A GPU more than
 // maxDevicesPerNode takes the node out, with every finding of the GPUs not
-// out yet. Pure.
+// out yet; while the node is out, every such finding counts against it
+// (the reason a GPU could not be handled alone is said first, so it stays
+// on the finding once the node is out). Pure.
 func (d *decider) deviceFindings(nodeInService bool) map[string][]int {
 	o, st, s := d.o, &d.p.status, devicesOf(d.o.policy)
 	byUUID := map[string][]int{}
@@ -128,7 +127,7 @@ func (d *decider) deviceFindings(nodeInService bool) map[string][]int {
 		if !j.counts || j.scope != gpuhealthv1alpha1.ScopeDevice {
 			continue
 		}
-		if why := nodeScopeReason(j, o, nodeInService); why != "" {
+		if why := nodeScopeReason(j, o); why != "" {
 			j.reason += "; scope Device, handled on the node: " + why
 			continue
 		}
@@ -149,7 +148,18 @@ func (d *decider) deviceFindings(nodeInService bool) map[string][]int {
 			}
 			delete(byUUID, uuid)
 		}
-		d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonDeviceEscalated, "Quarantine", "the node is taken out of service whole: %s", why)
+		if nodeInService {
+			d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonDeviceEscalated, "Quarantine", "the node is taken out of service whole: %s", why)
+		}
+	}
+	if !nodeInService {
+		// The node's own workflow covers every GPU, those out alone too.
+		for uuid, is := range byUUID {
+			for _, i := range is {
+				d.p.judged[i].reason += "; scope Device, handled on the node: the node is out of service already"
+			}
+			delete(byUUID, uuid)
+		}
 	}
 	for uuid, is := range byUUID {
 		name := o.devices.found[uuid].Name

@@ -256,6 +256,16 @@ func TestDecideDevices(t *testing.T) {
 				g.Expect(p.status.Devices).To(HaveLen(1))
 				g.Expect(p.status.Devices[0].Phase).To(Equal(gpuhealthv1alpha1.DeviceDraining))
 			}},
+		{"the node already out because of it: the finding keeps saying maxDevicesPerNode, no Event again",
+			obs(perGPU, inPhase(quarantined), fenced, room, finding(onGPU("GPU-0")), finding(onGPU("GPU-1")), gpuOut(0, gpuhealthv1alpha1.DeviceDraining), func(o *observation) {
+				o.policy.Spec.Devices.MaxDevicesPerNode = 1
+				o.devices.found["GPU-1"] = devicetaint.Device{Driver: "gpu.nvidia.com", Pool: "n", Name: "gpu-1", Node: "n", UUID: "GPU-1"}
+			}), func(g *WithT, p *plan) {
+				g.Expect(deviceJudgement(p, "GPU-1").reason).To(ContainSubstring("more than devices.maxDevicesPerNode 1"))
+				g.Expect(deviceJudgement(p, "GPU-1").counts).To(BeTrue())
+				g.Expect(deviceJudgement(p, "GPU-0").reason).To(ContainSubstring("the node is out of service already"))
+				g.Expect(reasonsOf(p.announce)).NotTo(ContainElement("Warning DeviceEscalated"))
+			}},
 		{"the device breaker is open: the GPU stays in service, the condition says why",
 			obs(perGPU, finding(onGPU("GPU-3")), published, func(o *observation) {
 				o.devices.breaker = &breakerView{allowed: false, message: "open: 40 GPUs in 10m0s"}
