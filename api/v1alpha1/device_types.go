@@ -93,6 +93,12 @@ type DeviceQuarantineSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	Timeout *Duration `json:"timeout,omitempty"`
 
+	// backoff is the wait after a failed attempt before the next. Default 1m.
+	// +optional
+	// +kubebuilder:default="1m"
+	// +kubebuilder:validation:XValidation:rule="self == '0' || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && (duration(self) == duration('0s') || duration(self) >= duration('1s')) && duration(self) <= duration('8760h')",message="backoff must be 0 or a duration from 1s to 8760h (a year) such as 0s, 30s or 5m"
+	Backoff *Duration `json:"backoff,omitempty"`
+
 	// maxAttempts is how many failed attempts leave the GPU Failed: still
 	// tainted, named in the node's status, for a human. Default 2.
 	// +optional
@@ -184,7 +190,8 @@ type DeviceStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	Attempt int32 `json:"attempt,omitempty"`
 
-	// attemptStartedAt is when the attempt began; its Jobs' names carry it.
+	// attemptStartedAt is when the attempt began (after a failed one, when
+	// it begins: the backoff's end); its Jobs' names carry it.
 	// +optional
 	AttemptStartedAt *metav1.Time `json:"attemptStartedAt,omitempty"`
 

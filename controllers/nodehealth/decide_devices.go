@@ -25,6 +25,7 @@ const (
 	defaultMaxDevicesPerNode = 2
 	defaultDeviceTimeout     = 15 * time.Minute
 	defaultDeviceAttempts    = 2
+	defaultDeviceBackoff     = time.Minute
 	// deviceDrainRecheck is how often a GPU's drain looks again when no
 	// pod watch wakes it sooner.
 	deviceDrainRecheck = 10 * time.Second
@@ -36,7 +37,7 @@ const (
 // deviceSettings are the policy's devices with its defaults filled in.
 type deviceSettings struct {
 	gpuhealthv1alpha1.DeviceQuarantineSpec
-	timeout time.Duration
+	timeout, backoff time.Duration
 }
 
 func devicesOf(p *gpuhealthv1alpha1.RemediationPolicy) deviceSettings {
@@ -60,6 +61,7 @@ func devicesOf(p *gpuhealthv1alpha1.RemediationPolicy) deviceSettings {
 		s.Effect = gpuhealthv1alpha1.DeviceNoSchedule
 	}
 	s.timeout = s.Timeout.Get(defaultDeviceTimeout)
+	s.backoff = s.Backoff.Get(defaultDeviceBackoff)
 	return s
 }
 
@@ -439,6 +441,11 @@ func (d *decider) deviceRecertifying(e *gpuhealthv1alpha1.DeviceStatus) bool {
 	if e.AttemptStartedAt != nil {
 		started = e.AttemptStartedAt.Time
 	}
+	if wait := started.Sub(o.now.Time); wait > 0 {
+		e.Message = fmt.Sprintf("attempt %d starts at %s, after the backoff", e.Attempt, started.UTC().Format(time.RFC3339))
+		d.wait(wait)
+		return false
+	}
 	dev := job.Device{Node: o.node.Name, Name: e.Device, UUID: e.UUID, Driver: e.Driver, Class: s.DeviceClassName, TaintKey: devicetaint.TaintKey}
 	steps := deviceSteps(s)
 	for _, step := range steps {
@@ -503,9 +510,11 @@ func (d *decider) deviceAttemptFailed(e *gpuhealthv1alpha1.DeviceStatus, why str
 		return
 	}
 	e.Attempt++
-	e.AttemptStartedAt = ptrTo(d.o.now)
+	next := metav1.NewTime(d.o.now.Add(s.backoff))
+	e.AttemptStartedAt = &next
 	d.moveDevice(e, fsm.DeviceRetry, gpuhealthv1alpha1.ReasonDeviceRecertifying,
-		fmt.Sprintf("attempt %d failed (%s); attempt %d of %d", e.Attempt-1, why, e.Attempt, s.MaxAttempts), corev1.EventTypeWarning)
+		fmt.Sprintf("attempt %d failed (%s); attempt %d of %d after %s", e.Attempt-1, why, e.Attempt, s.MaxAttempts, s.backoff), corev1.EventTypeWarning)
+	d.wait(s.backoff)
 }
 
 // returnDevice puts a GPU back in service: its findings are closed, its

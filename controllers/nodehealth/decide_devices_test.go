@@ -210,7 +210,17 @@ func TestDecideDevices(t *testing.T) {
 				e := p.status.Devices[0]
 				g.Expect(e.Phase).To(Equal(gpuhealthv1alpha1.DeviceRecertifying))
 				g.Expect(e.Attempt).To(BeEquivalentTo(2))
-				g.Expect(e.AttemptStartedAt.Time).To(Equal(t0))
+				g.Expect(e.AttemptStartedAt.Time).To(Equal(t0.Add(defaultDeviceBackoff)), "after the backoff")
+				g.Expect(p.requeue).To(Equal(defaultDeviceBackoff))
+			}},
+		{"attempt 2 within its backoff: no Job yet",
+			obs(perGPU, finding(onGPU("GPU-0")), gpuOut(0, gpuhealthv1alpha1.DeviceRecertifying), func(o *observation) {
+				e := &o.nh.Status.Devices[0]
+				e.Attempt, e.AttemptStartedAt = 2, &metav1.Time{Time: t0.Add(30 * time.Second)}
+			}), func(g *WithT, p *plan) {
+				g.Expect(p.deviceActs).To(BeEmpty())
+				g.Expect(p.status.Devices[0].Message).To(ContainSubstring("after the backoff"))
+				g.Expect(p.requeue).To(Equal(30 * time.Second))
 			}},
 		{"the test failed in the last attempt: Failed, still tainted",
 			obs(perGPU, finding(onGPU("GPU-0")), gpuOut(0, gpuhealthv1alpha1.DeviceRecertifying), deviceJob(2, gpuhealthv1alpha1.JobFailed)), func(g *WithT, p *plan) {
