@@ -331,6 +331,11 @@ func (d *decider) housekeeping() {
 		d.releaseDevices("the node returned to service (" + st.Reason + "); its own workflow covered the GPU")
 		d.devicesCondition()
 	}
+	if d.p.node == nodeInService && len(st.Devices) > 0 {
+		// GPUHealthy stays True (the node is in service) and names the
+		// GPUs out alone, for whoever reads only the Node.
+		d.p.nodeMessage += "; " + devicesOut(st.Devices)
+	}
 	d.certifiedCondition()
 	d.approvalUnasked()
 	st.ObservedGeneration = d.o.nh.Generation

@@ -567,7 +567,7 @@ func (d *decider) devicesCondition() {
 	switch {
 	case len(st.Devices) > 0:
 		d.condition(gpuhealthv1alpha1.NodeHealthDevicesOutOfServiceCondition, true, gpuhealthv1alpha1.ReasonDeviceQuarantined,
-			fmt.Sprintf("%d GPUs out of service alone: %s", len(st.Devices), gpuhealthv1alpha1.FirstN(parts, 8, "; ")))
+			fmt.Sprintf("%d out of service alone: %s", len(st.Devices), gpuhealthv1alpha1.FirstN(parts, 8, "; ")))
 	case len(d.heldDevices) > 0:
 		d.condition(gpuhealthv1alpha1.NodeHealthDevicesOutOfServiceCondition, false, gpuhealthv1alpha1.ReasonDeviceHeld,
 			gpuhealthv1alpha1.FirstN(d.heldDevices, 4, "; "))
@@ -577,6 +577,20 @@ func (d *decider) devicesCondition() {
 			d.condition(gpuhealthv1alpha1.NodeHealthDevicesOutOfServiceCondition, false, gpuhealthv1alpha1.ReasonNoDevicesOut, "every GPU of the node is in service")
 		}
 	}
+}
+
+// devicesOut names the GPUs out alone for a message: "2 GPUs out of
+// service alone: gpu-3 (Draining), gpu-5 (Failed)".
+func devicesOut(ds []gpuhealthv1alpha1.DeviceStatus) string {
+	parts := make([]string, 0, len(ds))
+	for _, e := range ds {
+		parts = append(parts, fmt.Sprintf("%s (%s)", e.Device, e.Phase))
+	}
+	gpus := "GPUs"
+	if len(ds) == 1 {
+		gpus = "GPU"
+	}
+	return fmt.Sprintf("%d %s out of service alone: %s", len(ds), gpus, gpuhealthv1alpha1.FirstN(parts, 8, ", "))
 }
 
 func findCondition(cs []metav1.Condition, t string) *metav1.Condition {

@@ -152,6 +152,8 @@ func TestDecideDevices(t *testing.T) {
 			obs(perGPU, finding(onGPU("GPU-0")), gpuOut(0, gpuhealthv1alpha1.DeviceQuarantined)), func(g *WithT, p *plan) {
 				g.Expect(p.status.Devices[0].Phase).To(Equal(gpuhealthv1alpha1.DeviceDraining))
 				g.Expect(p.status.Devices[0].Since.Time).To(Equal(t0))
+				g.Expect(p.node).To(Equal(nodeInService))
+				g.Expect(p.nodeMessage).To(Equal("no finding counts against the node; 1 GPU out of service alone: gpu-0 (Draining)"), "the Node's GPUHealthy names it")
 				g.Expect(ruleActs(p)).To(BeEmpty(), "the rule is there")
 			}},
 		{"quarantined, its rule not in the cache yet: made again, and the GPU waits",

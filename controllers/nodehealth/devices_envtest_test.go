@@ -126,6 +126,9 @@ func TestDeviceQuarantineCycle(t *testing.T) {
 	h.g.Expect(k8sClient.Get(h.ctx, client.ObjectKeyFromObject(other), got)).To(Succeed())
 	h.g.Expect(got.DeletionTimestamp).To(BeNil(), "a pod on another GPU stays")
 	h.g.Expect(h.getNode(n.Name).Spec.Unschedulable).To(BeFalse(), "the node stays schedulable")
+	c := gpuHealthyCondition(h.getNode(n.Name))
+	h.g.Expect(c.Status).To(Equal(corev1.ConditionTrue))
+	h.g.Expect(c.Message).To(ContainSubstring("gpu-3 (Draining)"), "the Node's GPUHealthy names the GPU out")
 
 	// The holder is gone: the GPU's test Job claims GPU 3 by uuid.
 	h.g.Expect(h.playKubelet(n.Name)).To(Equal(1))
