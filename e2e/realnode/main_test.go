@@ -290,6 +290,11 @@ policy:
       rebootNode:
         job: {image: %[8]s, command: [/testjob, --sleep=2s, reboot-node], privileged: false, hostPID: false}
         timeout: 2m
+    # No DRA driver on this node: one-GPU findings fall back to the node,
+    # but the policy's Jobs must still be the install's.
+    devices:
+      reset: {image: %[8]s, command: [/testjob, --sleep=1s, reset-one-gpu], privileged: false}
+      job: {image: %[8]s, command: [/testjob, --sleep=1s, test-one-gpu]}
     # The suite prints what dcgmi diag -j and all_reduce_perf print, judged
     # by their parsers from the pods' logs; certification of new nodes
     # only on request (the fake nodes print nothing).
