@@ -211,17 +211,11 @@ func TestDeviceDryRunReportsWhatWouldBeEvicted(t *testing.T) {
 	h.g.Expect(h.events()).To(ContainElement(ContainSubstring("would have evicted 1 pods")))
 }
 
-// TestDeviceBreakerCountsGPUs: the device breaker, its threshold taken of
-// the managed GPUs, holds a second GPU back while the node breaker, which
-// counts nodes, is untouched.
-func TestDeviceBreakerCountsGPUs(t *testing.T) {
-	h := newHarness(t)
-	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
-		perGPUPolicy(s)
-		s.CircuitBreaker.Threshold = ptr.To(intstr.FromInt32(1))
-		s.CircuitBreaker.Window = dur("10m")
-		s.CircuitBreaker.CoolDown = dur("30m")
-	})
+// secondGPUHeld takes GPU 0 of a node "a" out alone, then finds GPU 0 of
+// a node "b" held back (by the policy's breaker or budget): it returns a,
+// a's GPU UUIDs and b's NodeHealth.
+func (h *harness) secondGPUHeld() (*corev1.Node, []string, *gpuhealthv1alpha1.NodeHealth) {
+	h.t.Helper()
 	a, b := h.node("a", nil), h.node("b", nil)
 	ua, ub := h.draNode(a.Name), h.draNode(b.Name)
 	h.reconcile(a.Name)
@@ -233,6 +227,21 @@ func TestDeviceBreakerCountsGPUs(t *testing.T) {
 	h.reconcile(b.Name)
 	nh := h.nodeHealth(b.Name)
 	h.g.Expect(nh.Status.Devices).To(BeEmpty(), "the second GPU is held back")
+	return a, ua, nh
+}
+
+// TestDeviceBreakerCountsGPUs: the device breaker, its threshold taken of
+// the managed GPUs, holds a second GPU back while the node breaker, which
+// counts nodes, is untouched.
+func TestDeviceBreakerCountsGPUs(t *testing.T) {
+	h := newHarness(t)
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		perGPUPolicy(s)
+		s.CircuitBreaker.Threshold = ptr.To(intstr.FromInt32(1))
+		s.CircuitBreaker.Window = dur("10m")
+		s.CircuitBreaker.CoolDown = dur("30m")
+	})
+	_, _, nh := h.secondGPUHeld()
 	h.g.Expect(nh.Status.Phase).To(Equal(healthy), "and not taken out with its node")
 	c := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDevicesOutOfServiceCondition)
 	h.g.Expect(c).NotTo(BeNil())
@@ -252,17 +261,8 @@ func TestDeviceBudgetCountsFromTheAPIServer(t *testing.T) {
 		s.CircuitBreaker.Enabled = ptr.To(false)
 		s.Budgets.MaxUnavailableDevices = ptr.To(intstr.FromInt32(1))
 	})
-	a, b := h.node("a", nil), h.node("b", nil)
-	ua, ub := h.draNode(a.Name), h.draNode(b.Name)
-	h.reconcile(a.Name)
-	h.reconcile(b.Name)
-	h.gpuFault(a.Name, ua[0])
-	h.reconcile(a.Name)
-	h.g.Expect(h.nodeHealth(a.Name).Status.Devices).To(HaveLen(1))
-	h.gpuFault(b.Name, ub[0])
-	h.reconcile(b.Name)
-	nh := h.nodeHealth(b.Name)
-	h.g.Expect(nh.Status.Devices).To(BeEmpty())
+	a, ua, nh := h.secondGPUHeld()
+	b := nh.Name
 	c := meta.FindStatusCondition(nh.Status.Conditions, gpuhealthv1alpha1.NodeHealthDevicesOutOfServiceCondition)
 	h.g.Expect(c).NotTo(BeNil())
 	h.g.Expect(c.Message).To(ContainSubstring("budget maxUnavailableDevices allows 1 GPUs out, 1 are"))
@@ -275,6 +275,6 @@ func TestDeviceBudgetCountsFromTheAPIServer(t *testing.T) {
 	h.finishJob(job.DeviceName(job.DeviceRecertification, job.Device{Node: a.Name, Name: "gpu-0", UUID: ua[0], Driver: devicetaint.DefaultDriver}, 1, e.AttemptStartedAt.Time), true)
 	h.reconcile(a.Name)
 	h.g.Expect(h.nodeHealth(a.Name).Status.Devices).To(BeEmpty())
-	h.reconcile(b.Name)
-	h.g.Expect(h.nodeHealth(b.Name).Status.Devices).To(HaveLen(1))
+	h.reconcile(b)
+	h.g.Expect(h.nodeHealth(b).Status.Devices).To(HaveLen(1))
 }
