@@ -369,3 +369,31 @@ func TestDeviceMachine(t *testing.T) {
 	_, err = fsm.NewDevice("Rebooting")
 	g.Expect(err).To(HaveOccurred())
 }
+
+// A node's kubelet may write nvidia.com/gpu.count on its own Node: what
+// one node claims must not size the limits that protect the others
+// without bound.
+func TestManagedGPUsCapsWhatANodeClaims(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		count map[string]string
+		want  int
+	}{
+		{name: "a label is taken as it says", count: map[string]string{"a": "4", "b": "8"}, want: 12},
+		{name: "no label or a bad one counts as 8", count: map[string]string{"a": "", "b": "lots", "c": "-3"}, want: 24},
+		{name: "a huge claim counts as 16", count: map[string]string{"a": "100000", "b": "8"}, want: 24},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			managed := map[string]map[string]string{}
+			for node, c := range tc.count {
+				managed[node] = map[string]string{}
+				if c != "" {
+					managed[node][gpusPerNodeLabel] = c
+				}
+			}
+			if got := managedGPUs(managed); got != tc.want {
+				t.Errorf("managedGPUs = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -30,9 +30,15 @@ var defaultMaxUnavailableDevices = intstr.FromString("5%")
 
 // gpusPerNodeLabel is GPU feature discovery's count of a node's GPUs; a
 // node without it counts as 8, for the device budget and breaker.
+// maxGPUsPerNode caps what one node may claim: the label is under
+// nvidia.com, which a node's kubelet may write on its own Node, and the
+// count sizes limits that protect every other node's GPUs. 16 is the most
+// GPUs NVIDIA puts in one node (DGX-2, HGX-2), so a node can at most
+// double its share of an 8-GPU fleet's budget, not make it unbounded.
 const (
 	gpusPerNodeLabel   = "nvidia.com/gpu.count"
 	defaultGPUsPerNode = 8
+	maxGPUsPerNode     = 16
 )
 
 // observedDevices is what the one-GPU workflow needs to know of a node:
@@ -150,7 +156,8 @@ func (r *Reconciler) deviceAdmission(ctx context.Context, o *observation) (*brea
 	return view, b, nil
 }
 
-// managedGPUs are the managed nodes' GPUs: gpusPerNodeLabel each, else 8.
+// managedGPUs are the managed nodes' GPUs: gpusPerNodeLabel each (at
+// most maxGPUsPerNode), else 8.
 func managedGPUs(managed map[string]map[string]string) int {
 	gpus := 0
 	for _, lbls := range managed {
@@ -158,7 +165,7 @@ func managedGPUs(managed map[string]map[string]string) int {
 		if err != nil || n <= 0 {
 			n = defaultGPUsPerNode
 		}
-		gpus += n
+		gpus += min(n, maxGPUsPerNode)
 	}
 	return gpus
 }
