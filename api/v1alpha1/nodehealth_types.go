@@ -172,6 +172,73 @@ type DrainStatus struct {
 	// while pods remain.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+
+	// gangs are the gangs with members on the node that the drain stops
+	// whole (policy drain.gangs Gang), up to eight, by kind and name.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Gangs []GangWave `json:"gangs,omitempty"`
+}
+
+// GangWave is one gang a drain stops whole: every member, on every node,
+// evicted in one wave.
+type GangWave struct {
+	// kind is the workload kind that marks the gang: PodGroup, JobSet,
+	// LeaderWorkerSet, Kubeflow, Volcano, KAI, Coscheduling, Ray, Kueue or
+	// Label (one of the policy's gangLabelKeys).
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	Kind string `json:"kind"`
+
+	// namespace and name name the gang.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// +required
+	// +kubebuilder:validation:MaxLength=317
+	Name string `json:"name"`
+
+	// part tells apart gangs of one object: a JobSet's restart attempt, a
+	// LeaderWorkerSet's group index; for kind Label, the label key.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	Part string `json:"part,omitempty"`
+
+	// owner is the object standing for the gang ("JobSet llama"), which
+	// gets an Event saying why it was stopped.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	Owner string `json:"owner,omitempty"`
+
+	// size is how many members the wave counted: the gang's running pods
+	// created before the drain began.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Size int32 `json:"size,omitempty"`
+
+	// nodes are the nodes the gang spanned, sorted, up to 16.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	Nodes []string `json:"nodes,omitempty"`
+
+	// spannedNodes is how many nodes the gang spanned; nodes lists 16.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SpannedNodes int32 `json:"spannedNodes,omitempty"`
+
+	// evictedAt is when the wave was sent: every member not already leaving
+	// was evicted then. Unset while it is held.
+	// +optional
+	EvictedAt *metav1.Time `json:"evictedAt,omitempty"`
+
+	// held says why the wave waits: a member whose PodDisruptionBudget
+	// allows no disruption holds the whole gang until the drain timeout.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Held string `json:"held,omitempty"`
 }
 
 // JobResult is the outcome of a recertification or remediation Job, and

@@ -195,6 +195,22 @@ const (
 	DrainTimeoutDelete DrainTimeoutAction = "Delete"
 )
 
+// GangDrain is how the members of a gang (the pods of one multi-node job,
+// as its workload kind marks them) leave when one of them is on a
+// draining node.
+// +kubebuilder:validation:Enum=Pods;Gang
+type GangDrain string
+
+const (
+	// GangDrainPods drains pod by pod: only the members on the draining
+	// node leave; the rest wait for their job's own failure handling.
+	GangDrainPods GangDrain = "Pods"
+	// GangDrainGang evicts every member of the gang, on every node, in one
+	// wave, so every rank gets SIGTERM at the same moment and the job's
+	// controller restarts it at once instead of after a collective timeout.
+	GangDrainGang GangDrain = "Gang"
+)
+
 // NamespaceDrain sets the drain mode for some namespaces.
 // +kubebuilder:validation:XValidation:rule="has(self.namespace) != has(self.namespaceSelector)",message="set exactly one of namespace and namespaceSelector"
 type NamespaceDrain struct {
@@ -222,6 +238,10 @@ type NamespaceDrain struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="timeout must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
 	Timeout *Duration `json:"timeout,omitempty"`
+
+	// gangs overrides drain.gangs for these namespaces.
+	// +optional
+	Gangs GangDrain `json:"gangs,omitempty"`
 }
 
 // DrainSpec is how a quarantined node is emptied.
@@ -279,6 +299,41 @@ type DrainSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	MaxConcurrentEvictions int32 `json:"maxConcurrentEvictions,omitempty"`
+
+	// gangs is how the members of a gang leave when one of them runs on a
+	// draining node: Pods (the default) evicts only the node's pods; Gang
+	// evicts every member on every node in one wave, through the Eviction
+	// API. A wave waits while any member's PodDisruptionBudget allows no
+	// disruption (the whole gang stays, the member is reported), until the
+	// drain timeout; then the members the budgets allow go, and onTimeout
+	// applies to the node's own pods as ever. Members on other nodes leave
+	// their nodes in service and spend no budget. Only Evict and
+	// DeleteAfterTimeout namespaces have waves; an entry of namespaces can
+	// override it.
+	// +optional
+	// +kubebuilder:default=Pods
+	Gangs GangDrain `json:"gangs,omitempty"`
+
+	// gangLabelKeys are label keys that name a gang beyond the kinds
+	// gpuhealth knows (the core PodGroup, JobSet, LeaderWorkerSet, Kubeflow,
+	// Volcano, KAI, coscheduling, Ray, Kueue): pods of one namespace with
+	// the same value of one of these keys are one gang.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=317
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')",message="each gang label key must be a label key such as example.com/gang"
+	GangLabelKeys []string `json:"gangLabelKeys,omitempty"`
+
+	// gangGracePeriod is the least grace period a gang wave gives each
+	// member it evicts, for a checkpoint all ranks write together on
+	// SIGTERM: a member whose own terminationGracePeriodSeconds is shorter
+	// is evicted with this one instead (the eviction's
+	// DeleteOptions.gracePeriodSeconds, which the kubelet honours). It
+	// never shortens a pod's own. Unset: each pod's own.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="gangGracePeriod must be a duration from 1s to 24h such as 5m"
+	GangGracePeriod *Duration `json:"gangGracePeriod,omitempty"`
 }
 
 // JobTemplate is a Job gpuhealth runs on a node (recertification, GPU reset,

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"maps"
+
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/remediation/gang"
 )
 
 const (
@@ -79,6 +82,8 @@ type Drainer struct {
 	budgets *ledger
 	// pacers spaces the evictions under each PodDisruptionBudget.
 	pacers *budgetPacers
+	// open are the gang waves begun and not yet sent whole, by node.
+	open *openWaves
 }
 
 // New returns a Drainer that reads and writes through c, lists and watches
@@ -99,6 +104,7 @@ func New(c client.Client, pods client.WithWatch, clk clock.PassiveClock, jobName
 		inFlight:     newGate(defaultMaxConcurrentEvictions),
 		budgets:      newLedger(),
 		pacers:       newBudgetPacers(),
+		open:         newOpenWaves(),
 	}
 }
 
@@ -158,11 +164,19 @@ type Result struct {
 	// timeout expired (DeleteAfterTimeout, or onTimeout Delete), so the caller
 	// can emit an Event for each.
 	ForceDeleted []types.NamespacedName
+	// Waves are the gangs with members on the node that this pass stops
+	// whole (drain.gangs Gang), sorted by namespace, kind and name; their
+	// members on the node are counted above as well.
+	Waves []Wave
+	// WavePending is how many members of those waves on other nodes are
+	// left to evict; the drain is not done until it is 0.
+	WavePending int
 }
 
-// Done reports whether no pod that must leave is left on the node.
+// Done reports whether no pod that must leave is left on the node, and
+// every gang wave it began is sent whole.
 func (r Result) Done() bool {
-	return r.Remaining == 0
+	return r.Remaining == 0 && r.WavePending == 0
 }
 
 // TimedOutMessage describes the timed-out pods in one line for a condition
@@ -245,11 +259,14 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 	)
 
 	deleteOnTimeout := spec.OnTimeout == gpuhealthv1alpha1.DrainTimeoutDelete
+	finder := gang.NewFinder(spec.GangLabelKeys)
 	var (
 		res      Result
 		errs     []error
 		tasks    []task
 		timedOut []timedOutPod
+		gangs    = map[gang.Key]decision{}
+		own      = map[gang.Key][]*corev1.Pod{}
 	)
 	for i := range pods.Items {
 		pod := &pods.Items[i]
@@ -270,6 +287,16 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 		if pod.DeletionTimestamp != nil {
 			// Already leaving: a second eviction would only delete it again.
 			continue
+		}
+		if dec.gangs {
+			if k, ok := finder.Of(pod); ok {
+				// The gang's wave evicts it, with the rest of its gang.
+				res.Total--
+				res.Remaining--
+				gangs[k] = dec
+				own[k] = append(own[k], pod)
+				continue
+			}
 		}
 		expired := dec.expired(startedAt, now)
 		switch {
@@ -292,11 +319,73 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 
 	budgets := d.newBudgetCache()
 	decided, admitted := budgets.refuse(passCtx, d.budgets, tasks)
+	waveOf := make([]int, len(tasks)) // by task: 1 + its wave's index, 0 for none
+	for _, k := range d.open.of(node) {
+		if _, ok := gangs[k]; !ok {
+			// Its members on the node have left; the rest of the wave goes on.
+			gangs[k] = decision{verdict: evict, timeout: spec.Timeout.Get(defaultTimeout), gangs: true}
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(gangs), compareKeys)
+	for _, k := range keys {
+		w, wt, wd, wa, err := d.planWave(passCtx, waveInput{key: k, dec: gangs[k]}, finder, node, spec, startedAt, now, budgets)
+		if err != nil {
+			errs = append(errs, err)
+			// Unsure who the members are: the node's stay counted, so
+			// the drain is not reported done on a guess.
+			res.Total += len(own[k])
+			res.Remaining += len(own[k])
+			continue
+		}
+		res.Waves = append(res.Waves, w)
+		for _, p := range own[k] {
+			if !slices.ContainsFunc(wt, func(t task) bool { return t.pod.UID == p.UID }) {
+				// The list raced the pod's own change: it leaves as any
+				// other pod, so it is never forgotten on the node.
+				wt = append(wt, task{pod: p, timeout: gangs[k].timeout})
+				wd, wa = append(wd, nil), append(wa, nil)
+			}
+		}
+		for _, t := range wt {
+			if !t.peer {
+				res.Total++
+				res.Remaining++
+			}
+			waveOf = append(waveOf, len(res.Waves))
+		}
+		tasks, decided, admitted = append(tasks, wt...), append(decided, wd...), append(admitted, wa...)
+		for _, t := range wt {
+			if !t.peer {
+				continue
+			}
+			res.Waves[len(res.Waves)-1].PeerGPUs += podGPUs(t.pod)
+		}
+	}
 	var blocked []blockedPod
 	for i, out := range d.run(passCtx, tasks, decided) {
 		if a := admitted[i]; a != nil && out.kind != outcomeEvicted {
 			// The budget was not spent: give the admission back.
 			d.budgets.release(*a)
+		}
+		if w := waveOf[i]; w > 0 && tasks[i].peer {
+			wave := &res.Waves[w-1]
+			switch out.kind {
+			case outcomeEvicted:
+				wave.Evicted++
+			case outcomeGone:
+			case outcomeFailed:
+				errs = append(errs, out.err)
+				wave.Pending++
+			case outcomeDeferred:
+				res.Deferred++
+				wave.Pending++
+			default:
+				wave.Pending++
+			}
+			continue
+		}
+		if w := waveOf[i]; w > 0 && out.kind == outcomeEvicted {
+			res.Waves[w-1].Evicted++
 		}
 		switch out.kind {
 		case outcomeEvicted:
@@ -322,6 +411,16 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 	}
 	log.FromContext(ctx).V(1).Info("Drain pass", "Node", klog.KRef("", node), "took", d.clock.Since(begin).Round(time.Millisecond),
 		"total", res.Total, "remaining", res.Remaining, "evicted", res.Evicted, "blocked", res.Blocked, "deferred", res.Deferred)
+	for i := range res.Waves {
+		w := &res.Waves[i]
+		if w.Held != "" {
+			d.open.set(node, w.Key, false)
+			continue
+		}
+		// Open while any member on another node is left to evict.
+		d.open.set(node, w.Key, w.Pending > 0)
+		res.WavePending += w.Pending
+	}
 	res.TimedOut = len(timedOut)
 	res.BlockedPods = describeBlocked(passCtx, budgets, blocked)
 	res.TimedOutPods = describeTimedOut(passCtx, budgets, timedOut)
@@ -384,9 +483,13 @@ func (d *Drainer) do(ctx, admitCtx context.Context, t task) outcome {
 			return outcome{kind: outcomeDeferred, pod: t.pod}
 		}
 	}
-	// Wait fails at once, without taking a token, when the token would come
-	// after admitCtx's deadline.
-	if err := d.limiter.Wait(admitCtx); err != nil {
+	if t.wave {
+		// A wave's members all go now: the token is taken, and the next
+		// requests of every node wait for the debt, but this one does not.
+		d.limiter.Reserve()
+	} else if err := d.limiter.Wait(admitCtx); err != nil {
+		// Wait fails at once, without taking a token, when the token
+		// would come after admitCtx's deadline.
 		return outcome{kind: outcomeDeferred, pod: t.pod}
 	}
 	if err := d.inFlight.acquire(admitCtx); err != nil {
@@ -402,7 +505,7 @@ func (d *Drainer) do(ctx, admitCtx context.Context, t task) outcome {
 	if t.delete {
 		return d.deletePod(reqCtx, t.pod)
 	}
-	return d.evictPod(reqCtx, t.pod)
+	return d.evictPod(reqCtx, t.pod, t.grace)
 }
 
 // Workloads lists the pods on the node that a drain with spec would remove

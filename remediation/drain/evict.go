@@ -39,6 +39,14 @@ type task struct {
 	// budget is the one PodDisruptionBudget selecting the pod, when one
 	// does (set by refuse): its evictions are spaced (budgetSpacing).
 	budget types.NamespacedName
+	// wave is set for a gang member evicted in a wave: it takes its
+	// eviction token without waiting for it, so the wave is not spread
+	// over seconds (it still counts against the shared rate). peer is set
+	// for a member on another node than the one being drained.
+	wave, peer bool
+	// grace, when set, is the eviction's grace period (drain.gangGracePeriod
+	// longer than the pod's own).
+	grace *int64
 }
 
 // timedOut returns the timed-out pod to report when the task's pod is past
@@ -102,11 +110,11 @@ type outcome struct {
 // precondition makes sure a pod recreated under the same name (a StatefulSet
 // replica already rescheduled) is not evicted in its predecessor's place.
 // See https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/.
-func (d *Drainer) evictPod(ctx context.Context, pod *corev1.Pod) outcome {
+func (d *Drainer) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64) outcome {
 	log.FromContext(ctx).V(4).Info("Evicting Pod", "Pod", klog.KObj(pod))
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}, GracePeriodSeconds: grace},
 	}
 	err := d.client.SubResource("eviction").Create(ctx, pod, eviction)
 	switch {

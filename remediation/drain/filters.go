@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -40,6 +41,9 @@ const (
 type decision struct {
 	verdict verdict
 	timeout time.Duration
+	// gangs is set when the pod's namespace stops gangs whole (drain.gangs
+	// Gang) and the verdict is evict or deleteAfterTimeout.
+	gangs bool
 }
 
 // expired reports whether the decision's timeout has passed at now for a
@@ -170,7 +174,7 @@ func newModeResolver(c client.Client, spec gpuhealthv1alpha1.DrainSpec) *modeRes
 
 // filter is the last link of the chain: it turns the namespace's mode into a verdict.
 func (m *modeResolver) filter(ctx context.Context, pod *corev1.Pod) (decision, error) {
-	mode, timeout, err := m.modeFor(ctx, pod.Namespace)
+	mode, timeout, gangs, err := m.modeFor(ctx, pod.Namespace)
 	if err != nil {
 		return decision{}, err
 	}
@@ -178,32 +182,34 @@ func (m *modeResolver) filter(ctx context.Context, pod *corev1.Pod) (decision, e
 	case gpuhealthv1alpha1.DrainWaitForCompletion:
 		return decision{verdict: wait, timeout: timeout}, nil
 	case gpuhealthv1alpha1.DrainDeleteAfterTimeout:
-		return decision{verdict: deleteAfterTimeout, timeout: timeout}, nil
+		return decision{verdict: deleteAfterTimeout, timeout: timeout, gangs: gangs}, nil
 	default:
 		// Evict, the empty default, and any value the schema's enum should have
 		// refused: evicting honours PodDisruptionBudgets, so it is the safe choice.
-		return decision{verdict: evict, timeout: timeout}, nil
+		return decision{verdict: evict, timeout: timeout, gangs: gangs}, nil
 	}
 }
 
-// modeFor returns the mode for namespace and the timeout that applies to it.
-func (m *modeResolver) modeFor(ctx context.Context, namespace string) (gpuhealthv1alpha1.DrainMode, time.Duration, error) {
+// modeFor returns the mode for namespace, the timeout that applies to it
+// and whether its gangs are stopped whole.
+func (m *modeResolver) modeFor(ctx context.Context, namespace string) (gpuhealthv1alpha1.DrainMode, time.Duration, bool, error) {
 	timeout := m.spec.Timeout.Get(defaultTimeout)
+	gangs := m.spec.Gangs
 	for i := range m.spec.Namespaces {
 		entry := &m.spec.Namespaces[i]
 		ok, err := m.matches(ctx, i, entry, namespace)
 		if err != nil {
-			return "", 0, err
+			return "", 0, false, err
 		}
 		if ok {
-			return entry.Mode, entry.Timeout.Get(timeout), nil
+			return entry.Mode, entry.Timeout.Get(timeout), cmp.Or(entry.Gangs, gangs) == gpuhealthv1alpha1.GangDrainGang, nil
 		}
 	}
 	mode := m.spec.DefaultMode
 	if mode == "" {
 		mode = gpuhealthv1alpha1.DrainEvict
 	}
-	return mode, timeout, nil
+	return mode, timeout, gangs == gpuhealthv1alpha1.GangDrainGang, nil
 }
 
 // matches reports whether entry i applies to namespace.
