@@ -191,10 +191,13 @@ type GangWave struct {
 	// +kubebuilder:validation:MaxLength=32
 	Kind string `json:"kind"`
 
-	// namespace and name name the gang.
+	// namespace is the gang's namespace: all its members share it.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace"`
+
+	// name is the gang's name as its kind marks it: the PodGroup's, the
+	// JobSet's, the label's value.
 	// +required
 	// +kubebuilder:validation:MaxLength=317
 	Name string `json:"name"`
