@@ -243,6 +243,14 @@ const (
 	// ReasonDeviceEscalated: a finding of scope Device took the whole node
 	// out; the message says why it could not be handled on its GPU alone.
 	ReasonDeviceEscalated = "DeviceEscalated"
+	// ReasonGangStopped: a drain stopped a gang whole (drain.gangs Gang):
+	// every member, on every node, evicted in one wave. On the node and on
+	// the gang's owner object.
+	ReasonGangStopped = "GangStopped"
+	// ReasonGangHeld: a gang's wave waits for a member's
+	// PodDisruptionBudget; nothing of the gang is evicted until it allows
+	// it or the drain times out.
+	ReasonGangHeld = "GangHeld"
 	// ReasonNoDevicesOut: every GPU of the node is in service.
 	ReasonNoDevicesOut = "NoDevicesOut"
 )

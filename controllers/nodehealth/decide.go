@@ -137,6 +137,8 @@ type planAfter struct {
 	handedOff *gpuhealthv1alpha1.HandOffStatus
 	// deviceMoves are the GPUs' moves.
 	deviceMoves []deviceStepRecord
+	// gangWaves are the gang waves first sent or held in this pass.
+	gangWaves []gangWaveRecord
 	// budgetBlocked names the budget the node started waiting for.
 	budgetBlocked gpuhealthv1alpha1.BudgetName
 }

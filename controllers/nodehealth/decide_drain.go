@@ -126,10 +126,17 @@ func (d *decider) draining() {
 	ds.PodsTotal = max(ds.PodsTotal, int32(res.Total))
 	ds.PodsBlocked = int32(res.Blocked)
 	ds.Blocked = res.BlockedPods
+	d.gangWaves(res.Waves)
 	d.drainTimeout()
 	if !res.Done() || o.drain.err != nil {
 		ds.CompletedAt = nil
 		msg := fmt.Sprintf("%d of %d pods remaining", res.Remaining, ds.PodsTotal)
+		if res.WavePending > 0 {
+			msg += fmt.Sprintf(", %d members of its gangs on other nodes left to evict", res.WavePending)
+		}
+		if s := gangSummary(ds.Gangs); s != "" {
+			msg += "; " + s
+		}
 		reason := gpuhealthv1alpha1.ReasonDraining
 		if res.Blocked > 0 {
 			reason = gpuhealthv1alpha1.ReasonBlockedByPDB

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	. "github.com/onsi/gomega/gstruct"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +20,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
+	"github.com/gpuhealth/gpuhealth/remediation/gang"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 	nodepkg "github.com/gpuhealth/gpuhealth/remediation/node"
 )
@@ -96,6 +98,20 @@ func drained(remaining int) func(*observation) {
 		started := metav1.NewTime(t0.Add(-time.Minute))
 		o.nh.Status.Drain = &gpuhealthv1alpha1.DrainStatus{StartedAt: &started}
 		o.drain = &drainPass{result: drain.Result{Total: 1, Remaining: remaining}}
+	}
+}
+
+// gangWave has the drain pass stop a 4-member JobSet gang on 4 nodes
+// (three peers of 8 GPUs), or hold it.
+func gangWave(held bool) func(*observation) {
+	return func(o *observation) {
+		w := drain.Wave{Key: gang.Key{Kind: gang.JobSet, Namespace: "train", Name: "llama", Part: "0"},
+			Owner:   gang.Owner{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "llama"},
+			Members: 4, Nodes: []string{"n", "n1", "n2", "n3"}, SpannedNodes: 4, Evicted: 4, PeerGPUs: 24}
+		if held {
+			w.Evicted, w.PeerGPUs, w.Held = 0, 0, "held by member train/llama-3 on node n3: PodDisruptionBudget guard allows 0 disruptions"
+		}
+		o.drain.result.Waves = []drain.Wave{w}
 	}
 }
 
@@ -455,6 +471,43 @@ func TestDecide(t *testing.T) {
 		}), func(g *WithT, p *plan) {
 			g.Expect(p.status.Reason).To(Equal(gpuhealthv1alpha1.ReasonBlockedByPDB))
 			g.Expect(p.requeue).To(Equal(drainDeferredRecheck))
+		}},
+		{"draining, a gang's wave sent: recorded once, the node and the gang's owner told, the stranded GPU-time counted",
+			obs(inPhase(draining), fenced, finding(), drained(1), gangWave(false)), func(g *WithT, p *plan) {
+				gs := p.status.Drain.Gangs
+				g.Expect(gs).To(HaveLen(1))
+				g.Expect(gs[0]).To(MatchFields(IgnoreExtras, Fields{"Kind": Equal("JobSet"), "Namespace": Equal("train"), "Name": Equal("llama"),
+					"Part": Equal("0"), "Owner": Equal("JobSet llama"), "Size": BeEquivalentTo(4), "SpannedNodes": BeEquivalentTo(4), "Held": BeEmpty()}))
+				g.Expect(gs[0].EvictedAt).NotTo(BeNil())
+				g.Expect(reasonsOf(p.announce)).To(Equal([]string{"Normal " + gpuhealthv1alpha1.ReasonGangStopped, "Warning " + gpuhealthv1alpha1.ReasonGangStopped}))
+				g.Expect(p.announce[1].regarding.(*metav1.PartialObjectMetadata).Name).To(Equal("llama"))
+				g.Expect(p.status.Message).To(ContainSubstring("JobSet train/llama (0) stopped: 4 members on 4 nodes"))
+				g.Expect(p.gangWaves).To(HaveLen(1))
+				// Three peers of 8 GPUs held them for the minute since the drain began.
+				g.Expect(p.gangWaves[0].strandedGPUSeconds).To(BeNumerically("==", 24*60))
+			}},
+		{"draining, the wave already recorded: no second Event", obs(inPhase(draining), fenced, finding(), drained(1), gangWave(false), func(o *observation) {
+			sent := metav1.NewTime(t0.Add(-time.Second))
+			o.nh.Status.Drain.Gangs = []gpuhealthv1alpha1.GangWave{{Kind: "JobSet", Namespace: "train", Name: "llama", Part: "0", Size: 4, EvictedAt: &sent}}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.announce).To(BeEmpty())
+			g.Expect(p.gangWaves).To(BeEmpty())
+			g.Expect(p.status.Drain.Gangs[0].EvictedAt.Time).To(Equal(t0.Add(-time.Second)))
+		}},
+		{"draining, a gang's wave held by a member's budget: one Warning, not sent", obs(inPhase(draining), fenced, finding(), drained(1), gangWave(true)), func(g *WithT, p *plan) {
+			gs := p.status.Drain.Gangs
+			g.Expect(gs).To(HaveLen(1))
+			g.Expect(gs[0].EvictedAt).To(BeNil())
+			g.Expect(gs[0].Held).To(ContainSubstring("held by member"))
+			g.Expect(reasonsOf(p.announce)).To(Equal([]string{"Warning " + gpuhealthv1alpha1.ReasonGangHeld}))
+			g.Expect(p.status.Message).To(ContainSubstring("held: 4 members"))
+		}},
+		{"draining, members of a sent wave left to evict elsewhere: not done", obs(inPhase(draining), fenced, finding(), drained(0), gangWave(false), func(o *observation) {
+			o.drain.result.WavePending = 1
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Drain.CompletedAt).To(BeNil())
+			g.Expect(p.transitions).To(BeEmpty())
+			g.Expect(p.status.Message).To(ContainSubstring("1 members of its gangs on other nodes left to evict"))
 		}},
 		{"draining past the timeout: DrainTimedOut with one Event", obs(inPhase(draining), fenced, finding(), drained(1), func(o *observation) {
 			o.drain.result.TimedOut, o.drain.result.TimedOutPods = 1, []gpuhealthv1alpha1.BlockedPod{{Namespace: "ml", Name: "trainer-0"}}

@@ -28,6 +28,7 @@ const (
 	labelOutcome = "outcome"
 	labelCheck   = "check"
 	labelType    = "type"
+	labelKind    = "kind"
 )
 
 // durationBuckets span a repair or a phase: a minute to a week.
@@ -53,6 +54,22 @@ var (
 		Name: "gpuhealth_nodehealth_stale_daemon_pods_deleted_total",
 		Help: "Number of ComputeDomain daemon pods of dead, fenced members deleted so their peers drop them.",
 	})
+
+	gangWavesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuhealth_drain_gang_waves_total",
+		Help: "Number of gangs a drain stopped whole (drain.gangs Gang), by gang kind and result: sent (every member evicted in one wave) or held (a member's PodDisruptionBudget made the wave wait).",
+	}, []string{labelKind, labelResult})
+
+	gangSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpuhealth_drain_gang_size",
+		Help:    "Members of each gang a drain stopped whole, by gang kind.",
+		Buckets: prometheus.ExponentialBuckets(2, 2, 11), // 2 to 2048 pods
+	}, []string{labelKind})
+
+	gangStrandedGPUSeconds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuhealth_drain_gang_stranded_gpu_seconds_total",
+		Help: "GPU-seconds the members of stopped gangs held on healthy nodes between their member's node being fenced and the wave, by gang kind: the GPU-time the lost rank stranded.",
+	}, []string{labelKind})
 
 	budgetBlocked = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpuhealth_nodehealth_budget_blocked_total",
@@ -125,6 +142,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(transitions, deviceTransitions, illegalTransitions, staleDaemonPodsDeleted, budgetBlocked,
+		gangWavesTotal, gangSize, gangStrandedGPUSeconds,
 		suiteSteps, suiteStepDuration, suiteMeasurement, repairDuration, phaseDuration, timeBetweenFaults, handOffs)
 	// Every series from zero, so the first illegal transition is an
 	// increase() an alert sees, not a new series at 1.
@@ -140,6 +158,18 @@ func init() {
 		gpuhealthv1alpha1.ActionRebootNode, gpuhealthv1alpha1.ActionContactSupport, gpuhealthv1alpha1.ActionReplaceNode} {
 		for _, o := range []string{outcomeRecertified, outcomeReleased, outcomeCancelled, outcomeFailed} {
 			repairDuration.WithLabelValues(string(a), o)
+		}
+	}
+}
+
+// countGangWaves counts the gang waves a written status recorded.
+func countGangWaves(ws []gangWaveRecord) {
+	for _, w := range ws {
+		kind := string(w.kind)
+		gangWavesTotal.WithLabelValues(kind, w.result).Inc()
+		if w.result == waveSent {
+			gangSize.WithLabelValues(kind).Observe(float64(w.size))
+			gangStrandedGPUSeconds.WithLabelValues(kind).Add(w.strandedGPUSeconds)
 		}
 	}
 }

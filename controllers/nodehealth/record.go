@@ -68,6 +68,7 @@ func (r *Reconciler) record(ctx context.Context, o *observation, p *plan) (bool,
 		budgetBlocked.WithLabelValues(string(p.budgetBlocked)).Inc()
 	}
 	countSteps(o.node.Name, p.steps)
+	countGangWaves(p.gangWaves)
 	publish(r.Recorder, p.announce)
 	return true, nil
 }
