@@ -125,6 +125,7 @@ const series = `load 1m
 	gpuhealth_node_gpus{node="gpu-2",pod="op-b"} 8x60
 	gpuhealth_node_gpus_out_of_service{node="gpu-2",phase="Failed",cause="fault",check="XID",code="79",pod="op-a"} 8x60
 	gpuhealth_computedomain_stranded_gpus{computedomain="team-a/train",pod="op-a"} 8x60
+	gpuhealth_drain_gang_stranded_gpu_seconds_total{kind="JobSet",pod="op-a"} 0+60x60
 	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="600"} 0+1x60
 	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="recertified",le="+Inf"} 0+1x60
 	gpuhealth_node_repair_duration_seconds_bucket{action="ResetGPU",outcome="released",le="600"} 0+1x60

@@ -446,6 +446,11 @@ var recordCases = map[string][]recordCase{
 	"gpuhealth:computedomain_stranded_gpu_hours:sum_24h": {
 		{name: "24 GPUs for 30 minutes", series: fleet(4, 60) + quarantine + stranded, at: 60 * time.Minute, want: map[string]float64{"{}": 12}},
 	},
+	"gpuhealth:drain_gang_stranded_gpu_hours:sum_24h": {
+		{name: "two waves, 1.5 GPU-hours", at: 60 * time.Minute, want: map[string]float64{"{}": 1.5},
+			series: "gpuhealth_drain_gang_stranded_gpu_seconds_total{kind=\"JobSet\"} 0x20 3600x40\n" +
+				"gpuhealth_drain_gang_stranded_gpu_seconds_total{kind=\"PodGroup\"} 0x30 1800x30\n"},
+	},
 	// With the releases and cancels the median would be under a minute.
 	"gpuhealth:node_repair_duration_seconds:p50_7d": {
 		{name: "recertified and failed repairs only", series: repairs, at: 60 * time.Minute, want: map[string]float64{"{}": 600 + 1200*2.5/4}},
