@@ -26,6 +26,7 @@ import (
 // CliqueCertificationGatesTheFabricTaint caused on gpu-node-3.
 var cases = framework.Cases{
 	{Name: "NewNodeHeldOutUntilCertified", Run: testNewNodeHeldOutUntilCertified},
+	{Name: "GangDrainStopsTheJob", Run: testGangDrainStopsTheJob},
 	{Name: "DeviceQuarantineOneGPU", Run: testDeviceQuarantineOneGPU},
 	{Name: "CliqueCertificationGatesTheFabricTaint", Run: testCliqueCertificationGatesTheFabricTaint},
 	{Name: "ComputeDomains", Run: testComputeDomains},

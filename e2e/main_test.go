@@ -42,6 +42,16 @@ const e2ePolicy = `{"spec":{
 // kwokStep is a one-step suite judged by its exit code.
 const kwokStep = `[{"name":"recertify","job":{"image":"registry.invalid/recertify:kwok"},"timeout":"2m","parser":{"type":"exit-code"}}]`
 
+// genericWorkload turns on the core gang API where 1.37 needs it: the
+// GenericWorkload gate on apiserver, scheduler and controller-manager,
+// and the beta API group on the apiserver.
+var genericWorkload = []framework.ComponentArg{
+	{Component: "kube-apiserver", Key: "feature-gates", Value: "GenericWorkload=true"},
+	{Component: "kube-apiserver", Key: "runtime-config", Value: "scheduling.k8s.io/v1beta1=true"},
+	{Component: "kube-scheduler", Key: "feature-gates", Value: "GenericWorkload=true"},
+	{Component: "kube-controller-manager", Key: "feature-gates", Value: "GenericWorkload=true"},
+}
+
 // eventRetention is the operator's --event-retention in this suite.
 const eventRetention = 20 * time.Second
 
@@ -71,6 +81,9 @@ func run(m *testing.M) int {
 		// what operator.handOff.rules grant (the case sets those rules).
 		OperatorArgs: []string{"--event-retention=" + eventRetention.String(), "--compute-domain-discovery-interval=1s",
 			"--handoff-resources=repairrequests.repair.e2e.gpuhealth.dev"},
+		// Kubernetes' gang API (scheduling.k8s.io/v1beta1 PodGroup, pods'
+		// spec.schedulingGroup) is beta and off by default at 1.37.
+		ComponentArgs: genericWorkload,
 	})
 	code := 1
 	var metrics *framework.MetricsRecorder

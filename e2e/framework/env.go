@@ -55,6 +55,9 @@ type Options struct {
 	PolicyPatch string
 	// OperatorArgs are extra flags for the operator.
 	OperatorArgs []string
+	// ComponentArgs are extra flags for the control-plane components
+	// (feature gates, runtime-config).
+	ComponentArgs []ComponentArg
 	// Log receives progress lines.
 	Log func(format string, args ...any)
 }
@@ -89,6 +92,7 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		return e, err
 	}
 	e.Cluster.NoControllerLeaderElection = o.NoControllerLeaderElection
+	e.Cluster.ComponentArgs = o.ComponentArgs
 	o.Log("creating kwok cluster %s (real kube-apiserver, etcd, controller-manager, scheduler; fake nodes)", e.Cluster.Name)
 	if err := e.Cluster.Create(ctx); err != nil {
 		return e, err
