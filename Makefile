@@ -277,6 +277,10 @@ bench-scale: controlplane build-operator ## The scale curve: the cordon benchmar
 bench-device: controlplane $(HELM) ## One GPU's fault under scope Device against scope Node, side by side on one kwok cluster: GPU-seconds out, finding to rule, pods disturbed.
 	HELM=$(HELM) go run ./hack/devicebench -faults $${FAULTS:-20}
 
+.PHONY: bench-gang
+bench-gang: controlplane $(HELM) ## A 16-node × 8-GPU job losing one node, drain.gangs Pods against Gang side by side: stranded GPU-time.
+	HELM=$(HELM) go run ./hack/gangbench -collective-timeout $${COLLECTIVE_TIMEOUT:-120s}
+
 .PHONY: bench-drain
 bench-drain: controlplane build-operator ## Drain race: gpuhealth (sample and raised eviction limits) against kubectl drain -l on identical fresh node sets.
 	go run ./hack/bench -drain -out _output/bench-drain.md

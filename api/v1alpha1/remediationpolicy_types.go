@@ -211,6 +211,23 @@ const (
 	GangDrainGang GangDrain = "Gang"
 )
 
+// KueueGangs is who stops a Kueue-managed gang when one of its members is
+// on a draining node.
+// +kubebuilder:validation:Enum=Gang;Kueue
+type KueueGangs string
+
+const (
+	// KueueGangsGang stops it as drain.gangs says for any gang: under Gang,
+	// one wave of evictions; Kueue keeps the workload admitted and its job
+	// controller recreates the pods.
+	KueueGangsGang KueueGangs = "Gang"
+	// KueueGangsKueue leaves it to Kueue: only the members on the draining
+	// node leave, and Kueue reacts as it is configured to (a topology-
+	// assigned workload's node replacement on the quarantine taint,
+	// waitForPodsReady's recovery timeout).
+	KueueGangsKueue KueueGangs = "Kueue"
+)
+
 // NamespaceDrain sets the drain mode for some namespaces.
 // +kubebuilder:validation:XValidation:rule="has(self.namespace) != has(self.namespaceSelector)",message="set exactly one of namespace and namespaceSelector"
 type NamespaceDrain struct {
@@ -334,6 +351,14 @@ type DrainSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="gangGracePeriod must be a duration from 1s to 24h such as 5m"
 	GangGracePeriod *Duration `json:"gangGracePeriod,omitempty"`
+
+	// kueue is who stops a gang Kueue manages (its pods carry Kueue's
+	// labels) when drain.gangs is Gang: Gang (the default) stops it with a
+	// wave like any gang; Kueue leaves it to Kueue, draining only the
+	// node's own members.
+	// +optional
+	// +kubebuilder:default=Gang
+	Kueue KueueGangs `json:"kueue,omitempty"`
 }
 
 // JobTemplate is a Job gpuhealth runs on a node (recertification, GPU reset,

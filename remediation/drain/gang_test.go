@@ -214,3 +214,25 @@ func TestGangGracePeriodLengthensAShorterGrace(t *testing.T) {
 	g.Expect(getPod(t, ns, "unset").DeletionGracePeriodSeconds).To(HaveValue(BeEquivalentTo(600)))
 	g.Expect(getPod(t, ns, "long").DeletionGracePeriodSeconds).To(HaveValue(BeEquivalentTo(900)))
 }
+
+// drain.kueue Kueue leaves a Kueue-managed gang to Kueue: only its member
+// on the node leaves; a gang Kueue does not manage still goes whole.
+func TestKueueGangsAreLeftToKueueWhenThePolicySaysSo(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-n0"
+	queued := withLabels(map[string]string{"jobset.sigs.k8s.io/jobset-name": "queued", "jobset.sigs.k8s.io/restart-attempt": "0", "kueue.x-k8s.io/queue-name": "team-a"})
+	newPod(t, ns, "queued-0", node, queued, running())
+	newPod(t, ns, "queued-1", ns+"-n1", queued, running())
+	newGang(t, ns, "free", node, ns+"-n1")
+	started := time.Now()
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(started), operatorNamespace)
+	spec := gangSpec
+	spec.Kueue = gpuhealthv1alpha1.KueueGangsKueue
+
+	res, err := d.Drain(t.Context(), node, spec, started)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Waves).To(HaveLen(1))
+	g.Expect(res.Waves[0].Key.Name).To(Equal("free"))
+	g.Expect(terminating(t, ns, "queued-0", "queued-1", "free-0", "free-1")).To(ConsistOf("queued-0", "free-0", "free-1"))
+}

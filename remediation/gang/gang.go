@@ -263,6 +263,17 @@ var table = []row{
 	},
 }
 
+// kueueLabels are the labels Kueue v0.17.0 puts on (or asks of) the pods
+// it manages: the user's queue-name, the pod set Kueue assigned, a plain
+// pod group's name and its managed mark (kueue pkg/controller/constants,
+// jobs/pod/constants).
+var kueueLabels = []string{"kueue.x-k8s.io/queue-name", kueuePodSet, kueuePodGroup, "kueue.x-k8s.io/managed"}
+
+// KueueManaged reports whether Kueue manages pod's workload.
+func KueueManaged(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(kueueLabels, func(k string) bool { return pod.Labels[k] != "" })
+}
+
 // Finder finds gangs by the kinds of table and the policy's own label keys.
 type Finder struct {
 	// extra are label keys of the policy: pods with equal values of one of

@@ -215,3 +215,20 @@ func TestKeyString(t *testing.T) {
 		t.Errorf("String = %q, want %q", got, want)
 	}
 }
+
+func TestKueueManaged(t *testing.T) {
+	for _, tc := range []struct {
+		labels map[string]string
+		want   bool
+	}{
+		{map[string]string{"kueue.x-k8s.io/queue-name": "team-a"}, true},
+		{map[string]string{"kueue.x-k8s.io/podset": "main"}, true},
+		{map[string]string{"kueue.x-k8s.io/pod-group-name": "g"}, true},
+		{map[string]string{"jobset.sigs.k8s.io/jobset-name": "x"}, false},
+		{nil, false},
+	} {
+		if got := gang.KueueManaged(pod("p", tc.labels, nil)); got != tc.want {
+			t.Errorf("KueueManaged(%v) = %v, want %v", tc.labels, got, tc.want)
+		}
+	}
+}
