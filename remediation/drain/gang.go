@@ -110,8 +110,7 @@ func compareKeys(a, b gang.Key) int {
 
 // members lists the gang's pods that a wave stops: in its namespace,
 // marked as its members, unfinished, not DaemonSet, mirror or gpuhealth Job
-// pods, and either on node or created before startedAt (a zero startedAt
-// takes every member). The list is the apiserver's, never a cache's.
+// pods, and either on node or not made after startedAt (madeAfter). The list is the apiserver's, never a cache's.
 func (d *Drainer) members(ctx context.Context, finder gang.Finder, k gang.Key, node string, startedAt time.Time) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := d.pods.List(ctx, list, client.InNamespace(k.Namespace), client.MatchingLabelsSelector{Selector: finder.Candidates(k)}); err != nil {
@@ -127,13 +126,23 @@ func (d *Drainer) members(ctx context.Context, finder gang.Finder, k gang.Key, n
 		if dec, err := decide(ctx, chain, p); err != nil || dec.verdict == skip {
 			continue
 		}
-		if p.Spec.NodeName != node && !startedAt.IsZero() && !p.CreationTimestamp.Time.Before(startedAt) {
+		if p.Spec.NodeName != node && madeAfter(p, startedAt) {
 			continue // made after the drain began: a replacement, not a rank of this gang
 		}
 		out = append(out, p)
 	}
 	slices.SortFunc(out, comparePods)
 	return out, nil
+}
+
+// madeAfter reports whether pod was created in a later second than
+// startedAt (a zero startedAt: never). The apiserver keeps creation times
+// to the second, as the NodeHealth keeps the drain's start, so a rank
+// created in the second the drain began is taken as one of the gang's, not
+// as a replacement: a replacement comes after the wave, which is at least
+// one pass and, in a real cluster, a pod's termination later.
+func madeAfter(pod *corev1.Pod, startedAt time.Time) bool {
+	return !startedAt.IsZero() && pod.CreationTimestamp.Time.Truncate(time.Second).After(startedAt.Truncate(time.Second))
 }
 
 // planWave lists the gang's members and returns the wave's tasks (the

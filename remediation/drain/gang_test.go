@@ -62,7 +62,9 @@ func TestGangWaveEvictsEveryMemberOnEveryNodeInOnePass(t *testing.T) {
 	newGang(t, ns, "llama", append([]string{node}, peers...)...)
 	newGang(t, ns, "other", peers...)
 	newPod(t, ns, "web", node, running())
-	started := time.Now()
+	// The drain began in the second the ranks were made, as the
+	// NodeHealth keeps it (to the second): they are all of the gang.
+	started := getPod(t, ns, "llama-3").CreationTimestamp.Time
 	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(started), operatorNamespace)
 
 	res, err := d.Drain(t.Context(), node, gangSpec, started)
@@ -83,7 +85,9 @@ func TestGangWaveEvictsEveryMemberOnEveryNodeInOnePass(t *testing.T) {
 	g.Expect(terminating(t, ns, "other-0", "other-1", "other-2")).To(BeEmpty())
 
 	// The JobSet's controller would now recreate its Jobs; a pod made after
-	// the drain began, on a healthy node, is not evicted by the next pass.
+	// the drain began (in a later second: creation times are kept to the
+	// second), on a healthy node, is not evicted by the next pass.
+	time.Sleep(time.Until(started.Truncate(time.Second).Add(time.Second)))
 	newPod(t, ns, "llama-new", peers[0], jobSetMember("llama"), running())
 	res, err = d.Drain(t.Context(), node, gangSpec, started)
 	g.Expect(err).NotTo(HaveOccurred())
