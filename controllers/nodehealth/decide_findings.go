@@ -157,6 +157,11 @@ func superseded(ev *gpuhealthv1alpha1.NodeHealthEvent) bool {
 	if st.SupersededAt == nil {
 		return false
 	}
+	if st.SupersededCount > 0 && st.Count > st.SupersededCount {
+		// Occurred again since: the count says so even when lastSeen falls
+		// in the second it was closed (both are kept to the second).
+		return false
+	}
 	return st.LastSeen == nil || !st.LastSeen.After(st.SupersededAt.Time)
 }
 

@@ -104,6 +104,20 @@ func TestJudge(t *testing.T) {
 			}),
 			wantRule: DefaultRule, wantPhase: "Active", wantCounts: true, wantAction: "RebootNode",
 		},
+		{
+			name: "a superseded finding that occurs again in the second it was closed is active again",
+			event: event("XID", "79", "Fatal", gpuhealthv1alpha1.NodeHealthEventStatus{
+				Count: 2, SupersededCount: 1, LastSeen: at(-time.Minute), SupersededAt: at(-time.Minute),
+			}),
+			wantRule: DefaultRule, wantPhase: "Active", wantCounts: true, wantAction: "RebootNode",
+		},
+		{
+			name: "a superseded finding not seen since, in the second it was closed, stays closed",
+			event: event("XID", "79", "Fatal", gpuhealthv1alpha1.NodeHealthEventStatus{
+				Count: 2, SupersededCount: 2, LastSeen: at(-time.Minute), SupersededAt: at(-time.Minute),
+			}),
+			wantRule: DefaultRule, wantPhase: "Superseded", wantAction: "RebootNode",
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
