@@ -428,7 +428,9 @@ func fleet(ctx context.Context, c client.Client) error {
 				{From: gpuhealthv1alpha1.PhaseQuarantined, To: gpuhealthv1alpha1.PhaseDraining, Reason: "BudgetAvailable", Time: ago(3 * time.Minute)},
 			}
 			nh.Status.Drain = &gpuhealthv1alpha1.DrainStatus{StartedAt: agoP(3 * time.Minute), PodsTotal: 3, PodsRemaining: 2, PodsBlocked: 1,
-				Blocked: []gpuhealthv1alpha1.BlockedPod{{Namespace: "train", Name: "trainer-7", PodDisruptionBudget: "trainer-pdb", Message: "Cannot evict pod as it would violate the pod's disruption budget."}}}
+				Blocked: []gpuhealthv1alpha1.BlockedPod{{Namespace: "train", Name: "trainer-7", PodDisruptionBudget: "trainer-pdb", Message: "Cannot evict pod as it would violate the pod's disruption budget."}},
+				Gangs: []gpuhealthv1alpha1.GangWave{{Kind: "JobSet", Namespace: "train", Name: "llm", Part: "0", Owner: "JobSet llm", Size: 16, SpannedNodes: 16,
+					Nodes: []string{"gpu-1", "gpu-2", "gpu-3", "gpu-4"}, EvictedAt: agoP(3 * time.Minute)}}}
 			nh.Status.ComputeDomain = &gpuhealthv1alpha1.ComputeDomainMembership{UID: "5b0c3a9e-1111-4d6e-9c1a-2f7f00000001", Namespace: "train", Name: "llm-run",
 				CliqueID: "c1.0", Membership: gpuhealthv1alpha1.MembershipLeaving, DomainStatus: "Ready",
 				Traces: []gpuhealthv1alpha1.MembershipTrace{gpuhealthv1alpha1.TraceDaemonPod}}

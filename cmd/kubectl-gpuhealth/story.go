@@ -299,6 +299,10 @@ func timeline(s *Story) []Entry {
 	}
 	if d := st.Drain; d != nil {
 		add(timeOf(d.StartedAt), "drain", "drain started: %d pods to evict", d.PodsTotal)
+		for _, g := range d.Gangs {
+			add(timeOf(g.EvictedAt), "drain", "gang %s %s/%s stopped whole: %d members on %d nodes (%s) evicted in one wave",
+				g.Kind, g.Namespace, g.Name, g.Size, g.SpannedNodes, gpuhealthv1alpha1.JoinMore(g.Nodes[:min(len(g.Nodes), 4)], int(g.SpannedNodes)-min(len(g.Nodes), 4), ", "))
+		}
 		add(timeOf(d.CompletedAt), "drain", "drain complete: no pod that must leave is left")
 	}
 	for _, j := range s.Jobs {
@@ -437,6 +441,20 @@ func printStory(w io.Writer, now time.Time, s *Story) error {
 		return err
 	}
 
+	if d := st.Drain; d != nil && len(d.Gangs) > 0 {
+		fmt.Fprintln(w, "\nGangs stopped whole:")
+		t := newTable(w, "  KIND", "NAMESPACE", "NAME", "OWNER", "MEMBERS", "NODES", "WAVE")
+		for _, g := range d.Gangs {
+			wave := "held: " + g.Held
+			if g.EvictedAt != nil {
+				wave = "sent " + age(now, g.EvictedAt.Time) + " ago"
+			}
+			t.row("  "+g.Kind, g.Namespace, g.Name, orNone(g.Owner), fmt.Sprint(g.Size), fmt.Sprint(g.SpannedNodes), wave)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
 	if d := st.Drain; d != nil && len(d.Blocked) > 0 {
 		fmt.Fprintln(w, "\nBlocked pods:")
 		t := newTable(w, "  NAMESPACE", "POD", "PDB", "MESSAGE")
