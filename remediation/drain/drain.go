@@ -288,7 +288,7 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 			// Already leaving: a second eviction would only delete it again.
 			continue
 		}
-		if dec.gangs && !(spec.Kueue == gpuhealthv1alpha1.KueueGangsKueue && gang.KueueManaged(pod)) {
+		if dec.gangs && (spec.Kueue != gpuhealthv1alpha1.KueueGangsKueue || !gang.KueueManaged(pod)) {
 			if k, ok := finder.Of(pod); ok {
 				// The gang's wave evicts it, with the rest of its gang.
 				res.Total--
