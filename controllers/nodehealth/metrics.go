@@ -8,6 +8,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
+	"github.com/gpuhealth/gpuhealth/remediation/gang"
 )
 
 const (
@@ -151,6 +152,14 @@ func init() {
 			illegalTransitions.WithLabelValues(string(p), string(e))
 		}
 		phaseDuration.WithLabelValues(string(p))
+	}
+	// The gang series too, so the first wave of a kind is an increase()
+	// the goodput rules see.
+	for _, k := range gang.Kinds() {
+		for _, r := range []string{waveSent, waveHeld} {
+			gangWavesTotal.WithLabelValues(string(k), r)
+		}
+		gangStrandedGPUSeconds.WithLabelValues(string(k))
 	}
 	// The repair series too, so the first repair of a kind is an
 	// increase() the MTTR rules see.

@@ -37,6 +37,15 @@ const (
 	Label Kind = "Label"
 )
 
+// Kinds are every kind a gang may be of, in match order, then Label.
+func Kinds() []Kind {
+	out := make([]Kind, 0, len(table)+1)
+	for _, r := range table {
+		out = append(out, r.kind)
+	}
+	return append(out, Label)
+}
+
 // Key names one gang. Gangs are namespaced: pods of one gang always share
 // the namespace, and a pod can never pull pods of another namespace into
 // its gang. Part tells apart gangs of one object: a LeaderWorkerSet's

@@ -232,3 +232,19 @@ func TestKueueManaged(t *testing.T) {
 		}
 	}
 }
+
+func TestKindsListsEveryKindOnce(t *testing.T) {
+	ks := gang.Kinds()
+	seen := map[gang.Kind]bool{}
+	for _, k := range ks {
+		if seen[k] {
+			t.Errorf("kind %s listed twice", k)
+		}
+		seen[k] = true
+	}
+	for _, k := range []gang.Kind{gang.PodGroup, gang.LeaderWorkerSet, gang.JobSet, gang.Kubeflow, gang.Volcano, gang.KAI, gang.Coscheduling, gang.Ray, gang.Kueue, gang.Label} {
+		if !seen[k] {
+			t.Errorf("kind %s missing from Kinds", k)
+		}
+	}
+}
