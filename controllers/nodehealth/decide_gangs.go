@@ -47,14 +47,17 @@ func (d *decider) gangWaves(waves []drain.Wave) {
 		i := slices.IndexFunc(ds.Gangs, func(g gpuhealthv1alpha1.GangWave) bool {
 			return g.Kind == string(w.Key.Kind) && g.Namespace == w.Key.Namespace && g.Name == w.Key.Name && g.Part == w.Key.Part
 		})
-		if i < 0 {
-			if len(ds.Gangs) >= maxGangWaves {
-				continue // the status is full; the Events still name it
-			}
+		if i < 0 && len(ds.Gangs) < maxGangWaves {
 			ds.Gangs = append(ds.Gangs, gpuhealthv1alpha1.GangWave{Kind: string(w.Key.Kind), Namespace: w.Key.Namespace, Name: w.Key.Name, Part: w.Key.Part})
 			i = len(ds.Gangs) - 1
 		}
-		g := &ds.Gangs[i]
+		// A gang past the status's eight is not recorded; its wave is
+		// still announced and counted each pass that evicts some of it
+		// (its holds are not announced: nothing would say one was).
+		g := &gpuhealthv1alpha1.GangWave{}
+		if i >= 0 {
+			g = &ds.Gangs[i]
+		}
 		if w.Owner.Kind != "" {
 			g.Owner = w.Owner.Kind + " " + w.Owner.Name
 		}
@@ -63,12 +66,15 @@ func (d *decider) gangWaves(waves []drain.Wave) {
 		}
 		wasHeld := g.Held != ""
 		g.Held = w.Held
-		if w.Held != "" && !wasHeld && g.EvictedAt == nil {
-			d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonGangHeld, "Drain", "the wave stopping %s (%d members on %d nodes) waits: %s",
-				w.Key, w.Members, w.SpannedNodes, w.Held)
+		if w.Held != "" && !wasHeld && g.EvictedAt == nil && i >= 0 {
+			d.nodeEvent(corev1.EventTypeWarning, gpuhealthv1alpha1.ReasonGangHeld, "Drain", "%s", gpuhealthv1alpha1.Truncate(fmt.Sprintf(
+				"the wave stopping %s (%d members on %d nodes) waits: %s", w.Key, w.Members, w.SpannedNodes, w.Held), 1024))
 			d.p.gangWaves = append(d.p.gangWaves, gangWaveRecord{kind: w.Key.Kind, result: waveHeld, size: w.Members})
 		}
-		if !w.Sent() || g.EvictedAt != nil {
+		// Sent in this pass, or in one whose status write was lost (its
+		// members are leaving, and nothing holds it).
+		sent := w.Sent() || (i >= 0 && w.Held == "" && w.Leaving > 0)
+		if !sent || g.EvictedAt != nil {
 			continue
 		}
 		g.EvictedAt = &o.now
@@ -76,7 +82,7 @@ func (d *decider) gangWaves(waves []drain.Wave) {
 		d.p.gangWaves = append(d.p.gangWaves, gangWaveRecord{kind: w.Key.Kind, result: waveSent, size: w.Members, strandedGPUSeconds: stranded})
 		note := fmt.Sprintf("stopped %s whole: %d members on %d nodes (%s) evicted in one wave, %s after node %s was fenced, because a member ran on it",
 			w.Key, w.Members, w.SpannedNodes, nodeList(w), max(o.now.Sub(fenced), 0).Round(time.Second), o.node.Name)
-		d.nodeEvent(corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonGangStopped, "Drain", "%s", note)
+		d.nodeEvent(corev1.EventTypeNormal, gpuhealthv1alpha1.ReasonGangStopped, "Drain", "%s", gpuhealthv1alpha1.Truncate(note, 1024))
 		if w.Owner.Kind != "" {
 			owner := &metav1.PartialObjectMetadata{
 				TypeMeta:   metav1.TypeMeta{APIVersion: w.Owner.APIVersion, Kind: w.Owner.Kind},

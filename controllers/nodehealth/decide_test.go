@@ -494,6 +494,23 @@ func TestDecide(t *testing.T) {
 			g.Expect(p.gangWaves).To(BeEmpty())
 			g.Expect(p.status.Drain.Gangs[0].EvictedAt.Time).To(Equal(t0.Add(-time.Second)))
 		}},
+		{"draining, a wave sent in a pass whose status write was lost: recorded once its members are seen leaving", obs(inPhase(draining), fenced, finding(), drained(1), gangWave(false), func(o *observation) {
+			w := &o.drain.result.Waves[0]
+			w.Evicted, w.Leaving, w.PeerGPUs = 0, 4, 0
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Drain.Gangs).To(HaveLen(1))
+			g.Expect(p.status.Drain.Gangs[0].EvictedAt).NotTo(BeNil())
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Normal " + gpuhealthv1alpha1.ReasonGangStopped))
+		}},
+		{"draining, a ninth gang: not recorded, still announced and counted", obs(inPhase(draining), fenced, finding(), drained(1), gangWave(false), func(o *observation) {
+			for i := range 8 {
+				o.nh.Status.Drain.Gangs = append(o.nh.Status.Drain.Gangs, gpuhealthv1alpha1.GangWave{Kind: "JobSet", Namespace: "train", Name: fmt.Sprintf("other-%d", i), EvictedAt: &o.now})
+			}
+		}), func(g *WithT, p *plan) {
+			g.Expect(p.status.Drain.Gangs).To(HaveLen(8))
+			g.Expect(p.gangWaves).To(HaveLen(1))
+			g.Expect(reasonsOf(p.announce)).To(ContainElement("Normal " + gpuhealthv1alpha1.ReasonGangStopped))
+		}},
 		{"draining, a gang's wave held by a member's budget: one Warning, not sent", obs(inPhase(draining), fenced, finding(), drained(1), gangWave(true)), func(g *WithT, p *plan) {
 			gs := p.status.Drain.Gangs
 			g.Expect(gs).To(HaveLen(1))

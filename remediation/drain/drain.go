@@ -149,8 +149,9 @@ type Result struct {
 	// deleted nor found gone: Evict pods whose eviction was refused, failed or
 	// left for the next pass, WaitForCompletion pods left running with
 	// onTimeout Wait, and pods whose deletion after the timeout failed or was
-	// left for the next pass. Pods it counts are counted in Blocked or
-	// Waiting too when those apply.
+	// left for the next pass; and members of its gang waves on other
+	// nodes left past the timeout (Wave.Late). Pods it counts are counted
+	// in Blocked or Waiting too when those apply.
 	TimedOut int
 	// BlockedPods lists up to 10 of the blocked pods, sorted by namespace and
 	// name, with the PodDisruptionBudget that selects each when one does.
@@ -288,7 +289,7 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 			// Already leaving: a second eviction would only delete it again.
 			continue
 		}
-		if dec.gangs && (spec.Kueue != gpuhealthv1alpha1.KueueGangsKueue || !gang.KueueManaged(pod)) {
+		if dec.gangs && !leftToKueue(spec, pod) {
 			if k, ok := finder.Of(pod); ok {
 				// The gang's wave evicts it, with the rest of its gang.
 				res.Total--
@@ -320,15 +321,17 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 	budgets := d.newBudgetCache()
 	decided, admitted := budgets.refuse(passCtx, d.budgets, tasks)
 	waveOf := make([]int, len(tasks)) // by task: 1 + its wave's index, 0 for none
-	for _, k := range d.open.of(node) {
-		if _, ok := gangs[k]; !ok {
-			// Its members on the node have left; the rest of the wave goes on.
-			gangs[k] = decision{verdict: evict, timeout: spec.Timeout.Get(defaultTimeout), gangs: true}
-		}
+	id := drainID{node: node, started: startedAt}
+	open := d.open.of(id, now)
+	for k, dec := range open {
+		// Begun in an earlier pass: it goes on under the decision it began
+		// with, also once its members on the node have left.
+		gangs[k] = dec
 	}
 	keys := slices.SortedFunc(maps.Keys(gangs), compareKeys)
 	for _, k := range keys {
-		w, wt, wd, wa, err := d.planWave(passCtx, waveInput{key: k, dec: gangs[k]}, finder, node, spec, startedAt, now, budgets)
+		_, begun := open[k]
+		w, wt, wd, wa, err := d.planWave(passCtx, waveInput{key: k, dec: gangs[k], open: begun}, finder, node, spec, startedAt, now, budgets)
 		if err != nil {
 			errs = append(errs, err)
 			// Unsure who the members are: the node's stay counted, so
@@ -339,12 +342,18 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 		}
 		res.Waves = append(res.Waves, w)
 		for _, p := range own[k] {
-			if !slices.ContainsFunc(wt, func(t task) bool { return t.pod.UID == p.UID }) {
-				// The list raced the pod's own change: it leaves as any
-				// other pod, so it is never forgotten on the node.
-				wt = append(wt, task{pod: p, timeout: gangs[k].timeout})
-				wd, wa = append(wd, nil), append(wa, nil)
+			if slices.ContainsFunc(wt, func(t task) bool { return t.pod.UID == p.UID }) {
+				continue
 			}
+			// The list raced the pod's own change: it leaves as any other
+			// pod (or waits with a held wave), so it is never forgotten on
+			// the node.
+			wt = append(wt, task{pod: p, timeout: gangs[k].timeout})
+			var out *outcome
+			if w.Held != "" {
+				out = &outcome{kind: outcomeBlocked, pod: p, message: "the gang's wave is " + w.Held}
+			}
+			wd, wa = append(wd, out), append(wa, nil)
 		}
 		for _, t := range wt {
 			if !t.peer {
@@ -354,12 +363,6 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 			waveOf = append(waveOf, len(res.Waves))
 		}
 		tasks, decided, admitted = append(tasks, wt...), append(decided, wd...), append(admitted, wa...)
-		for _, t := range wt {
-			if !t.peer {
-				continue
-			}
-			res.Waves[len(res.Waves)-1].PeerGPUs += podGPUs(t.pod)
-		}
 	}
 	var blocked []blockedPod
 	for i, out := range d.run(passCtx, tasks, decided) {
@@ -372,14 +375,25 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 			switch out.kind {
 			case outcomeEvicted:
 				wave.Evicted++
+				wave.PeerGPUs += podGPUs(out.pod)
 			case outcomeGone:
-			case outcomeFailed:
-				errs = append(errs, out.err)
-				wave.Pending++
-			case outcomeDeferred:
-				res.Deferred++
-				wave.Pending++
 			default:
+				if out.kind == outcomeFailed {
+					errs = append(errs, out.err)
+				}
+				if out.kind == outcomeDeferred {
+					res.Deferred++
+				}
+				if wave.expired {
+					// Past the drain timeout the node no longer waits for
+					// it: its eviction is retried while the node drains,
+					// and it is reported.
+					wave.Late++
+					timedOut = append(timedOut, timedOutPod{pod: out.pod, timeout: tasks[i].timeout,
+						message: fmt.Sprintf("member of %s on node %s, still running past the %s drain timeout: %s",
+							wave.Key, out.pod.Spec.NodeName, tasks[i].timeout, cmp.Or(out.message, "its eviction did not go through"))})
+					continue
+				}
 				wave.Pending++
 			}
 			continue
@@ -413,12 +427,9 @@ func (d *Drainer) drain(ctx context.Context, node string, spec gpuhealthv1alpha1
 		"total", res.Total, "remaining", res.Remaining, "evicted", res.Evicted, "blocked", res.Blocked, "deferred", res.Deferred)
 	for i := range res.Waves {
 		w := &res.Waves[i]
-		if w.Held != "" {
-			d.open.set(node, w.Key, false)
-			continue
-		}
-		// Open while any member on another node is left to evict.
-		d.open.set(node, w.Key, w.Pending > 0)
+		// Open once sent, while any member on another node is left to
+		// evict; a held wave has not begun.
+		d.open.set(id, w.Key, gangs[w.Key], w.Held == "" && w.Pending+w.Late > 0, now)
 		res.WavePending += w.Pending
 	}
 	res.TimedOut = len(timedOut)

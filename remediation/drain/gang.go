@@ -40,13 +40,19 @@ type Wave struct {
 	// Evicted is how many members' evictions the apiserver accepted in
 	// this pass, on every node; Leaving how many were already terminating.
 	Evicted, Leaving int
-	// Pending is how many members are left to evict after this pass (the
-	// wave goes on in the next).
-	Pending int
+	// Pending is how many members on other nodes are left to evict after
+	// this pass (the wave goes on in the next, and the drain waits for
+	// them). Late is how many are left past the drain timeout: their
+	// evictions are still tried while the node drains, but it no longer
+	// waits for them (they are reported timed out).
+	Pending, Late int
 	// PeerGPUs are the GPUs (nvidia.com/gpu) the members on other nodes
-	// held when this pass evicted them: the GPUs a pod-by-pod drain would
-	// have left stranded, waiting for the lost rank.
+	// that this pass evicted held: the GPUs a pod-by-pod drain would have
+	// left stranded, waiting for the lost rank.
 	PeerGPUs int
+	// expired is set when the drain's timeout for the gang's namespace
+	// has passed.
+	expired bool
 	// Held says why the wave was not sent: a member's PodDisruptionBudget
 	// allowed no disruption. The whole gang stays until it does, or until
 	// the drain timeout.
@@ -56,44 +62,84 @@ type Wave struct {
 // Sent reports whether this pass evicted any member.
 func (w Wave) Sent() bool { return w.Evicted > 0 }
 
-// openWaves remembers, per draining node, the gangs whose wave has begun,
-// so a wave goes on (a member on another node whose eviction was refused
-// or deferred) after the node's own members have left. It is only memory:
-// an operator restarted mid-wave finishes the waves whose members are
-// still on the node, and leaves the others to the gang's controller.
+// openWaves remembers the gangs whose wave has begun and is not sent
+// whole, per drain (a node's, or one GPU's: told apart by the drain's
+// start), so a wave goes on (a member on another node whose eviction was
+// refused or deferred) after the drain's own members have left, under the
+// decision it began with, and is never held again once begun. It is only
+// memory: an operator restarted mid-wave finishes the waves whose members
+// are still on the node, and leaves the others to the gang's controller.
+// A drain whose passes stop (its node released, say) is forgotten after
+// openWaveIdle.
 type openWaves struct {
-	mu    sync.Mutex
-	nodes map[string]map[gang.Key]struct{}
+	mu     sync.Mutex
+	drains map[drainID]map[gang.Key]*openWave
 }
+
+// drainID is one drain: its node and when it began.
+type drainID struct {
+	node    string
+	started time.Time
+}
+
+// openWave is a wave begun: the drain decision of its namespace when it
+// began, and the last pass that saw it.
+type openWave struct {
+	dec  decision
+	seen time.Time
+}
+
+// openWaveIdle is how long a wave no pass has seen is kept: a drain
+// passes at least every drainRecheck (seconds), so only drains that
+// ended get this old.
+const openWaveIdle = time.Hour
 
 func newOpenWaves() *openWaves {
-	return &openWaves{nodes: map[string]map[gang.Key]struct{}{}}
+	return &openWaves{drains: map[drainID]map[gang.Key]*openWave{}}
 }
 
-func (o *openWaves) of(node string) []gang.Key {
+// of returns the drain's open waves, and forgets those of any drain no
+// pass has seen for openWaveIdle.
+func (o *openWaves) of(id drainID, now time.Time) map[gang.Key]decision {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	keys := make([]gang.Key, 0, len(o.nodes[node]))
-	for k := range o.nodes[node] {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-func (o *openWaves) set(node string, k gang.Key, open bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if open {
-		if o.nodes[node] == nil {
-			o.nodes[node] = map[gang.Key]struct{}{}
+	out := map[gang.Key]decision{}
+	for d, waves := range o.drains {
+		for k, w := range waves {
+			if now.Sub(w.seen) > openWaveIdle {
+				delete(waves, k)
+				continue
+			}
+			if d == id {
+				out[k] = w.dec
+			}
 		}
-		o.nodes[node][k] = struct{}{}
+		if len(waves) == 0 {
+			delete(o.drains, d)
+		}
+	}
+	return out
+}
+
+// set opens (or keeps open) the drain's wave of k under dec, or closes it.
+func (o *openWaves) set(id drainID, k gang.Key, dec decision, open bool, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !open {
+		delete(o.drains[id], k)
+		if len(o.drains[id]) == 0 {
+			delete(o.drains, id)
+		}
 		return
 	}
-	delete(o.nodes[node], k)
-	if len(o.nodes[node]) == 0 {
-		delete(o.nodes, node)
+	if o.drains[id] == nil {
+		o.drains[id] = map[gang.Key]*openWave{}
 	}
+	if w, ok := o.drains[id][k]; ok {
+		w.seen = now
+		return
+	}
+	o.drains[id][k] = &openWave{dec: dec, seen: now}
 }
 
 // waveInput is a gang with members on the node, found in a pass.
@@ -101,6 +147,8 @@ type waveInput struct {
 	key gang.Key
 	// dec is the drain decision of the gang's namespace (mode, timeout).
 	dec decision
+	// open is set for a wave begun in an earlier pass: it is never held.
+	open bool
 }
 
 // compareKeys orders gangs by namespace, kind, name and part.
@@ -111,7 +159,7 @@ func compareKeys(a, b gang.Key) int {
 // members lists the gang's pods that a wave stops: in its namespace,
 // marked as its members, unfinished, not DaemonSet, mirror or gpuhealth Job
 // pods, and either on node or not made after startedAt (madeAfter). The list is the apiserver's, never a cache's.
-func (d *Drainer) members(ctx context.Context, finder gang.Finder, k gang.Key, node string, startedAt time.Time) ([]*corev1.Pod, error) {
+func (d *Drainer) members(ctx context.Context, finder gang.Finder, k gang.Key, node string, spec gpuhealthv1alpha1.DrainSpec, startedAt time.Time) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := d.pods.List(ctx, list, client.InNamespace(k.Namespace), client.MatchingLabelsSelector{Selector: finder.Candidates(k)}); err != nil {
 		return nil, fmt.Errorf("listing the members of %s: %w", k, err)
@@ -120,7 +168,7 @@ func (d *Drainer) members(ctx context.Context, finder gang.Finder, k gang.Key, n
 	var out []*corev1.Pod
 	for i := range list.Items {
 		p := &list.Items[i]
-		if got, ok := finder.Of(p); !ok || got != k {
+		if got, ok := finder.Of(p); !ok || got != k || leftToKueue(spec, p) {
 			continue
 		}
 		if dec, err := decide(ctx, chain, p); err != nil || dec.verdict == skip {
@@ -155,13 +203,14 @@ func madeAfter(pod *corev1.Pod, startedAt time.Time) bool {
 func (d *Drainer) planWave(ctx context.Context, in waveInput, finder gang.Finder, node string, spec gpuhealthv1alpha1.DrainSpec,
 	startedAt, now time.Time, budgets *budgetCache) (Wave, []task, []*outcome, []*admission, error) {
 	w := Wave{Key: in.key}
-	members, err := d.members(ctx, finder, in.key, node, startedAt)
+	members, err := d.members(ctx, finder, in.key, node, spec, startedAt)
 	if err != nil {
 		return w, nil, nil, nil, err
 	}
 	w.Members = len(members)
 	nodes := map[string]bool{}
 	expired := in.dec.expired(startedAt, now)
+	w.expired = expired
 	deleteOnTimeout := spec.OnTimeout == gpuhealthv1alpha1.DrainTimeoutDelete
 	grace := spec.GangGracePeriod.Get(0)
 	var tasks []task
@@ -192,7 +241,7 @@ func (d *Drainer) planWave(ctx context.Context, in waveInput, finder gang.Finder
 
 	decided, admitted := budgets.refuse(ctx, d.budgets, tasks)
 	holder := slices.IndexFunc(decided, func(o *outcome) bool { return o != nil })
-	if holder < 0 || expired {
+	if holder < 0 || expired || in.open {
 		return w, tasks, decided, admitted, nil
 	}
 	// Held: give every admission back, send nothing, and report the node's
@@ -215,6 +264,12 @@ func (d *Drainer) planWave(ctx context.Context, in waveInput, finder gang.Finder
 		outs = append(outs, &outcome{kind: outcomeBlocked, pod: t.pod, message: "the gang's wave is " + w.Held})
 	}
 	return w, own, outs, make([]*admission, len(own)), nil
+}
+
+// leftToKueue reports whether pod's gang is Kueue's to stop, not a wave's
+// (drain.kueue Kueue).
+func leftToKueue(spec gpuhealthv1alpha1.DrainSpec, pod *corev1.Pod) bool {
+	return spec.Kueue == gpuhealthv1alpha1.KueueGangsKueue && gang.KueueManaged(pod)
 }
 
 // longerGrace is the grace period a wave evicts pod with: grace when it is

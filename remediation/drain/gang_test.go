@@ -155,22 +155,72 @@ func TestABlockedMemberHoldsTheWave(t *testing.T) {
 	g.Expect(res.BlockedPods[0].Message).To(ContainSubstring("held by member"))
 	g.Expect(terminating(t, ns, "llama-0", "llama-1", "llama-2", "llama-guarded")).To(BeEmpty())
 
-	// Past the drain timeout the wave goes without it.
+	// Past the drain timeout the wave goes without it: the node no longer
+	// waits for the guarded member, which is reported and still tried.
 	clk.Step(2 * time.Hour)
 	res, err = d.Drain(t.Context(), node, spec, started)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Waves[0].Held).To(BeEmpty())
 	g.Expect(terminating(t, ns, "llama-0", "llama-1", "llama-2")).To(HaveLen(3))
 	g.Expect(terminating(t, ns, "llama-guarded")).To(BeEmpty())
-	g.Expect(res.WavePending).To(Equal(1), "the guarded member is left to evict")
-	g.Expect(res.Done()).To(BeFalse())
+	g.Expect(res.WavePending).To(Equal(0))
+	g.Expect(res.Waves[0].Late).To(Equal(1))
+	g.Expect(res.TimedOutPods).To(ContainElement(HaveField("Name", "llama-guarded")))
+	g.Expect(res.Done()).To(BeFalse(), "the node's own member is still terminating")
 
-	// The node's own member gone, the wave goes on for the guarded one.
+	// The node's own member gone, the drain is done, and while the node
+	// is still passed the wave goes on for the guarded one.
 	playKubelet(t, node)
-	setDisruptionsAllowed(t, pdb, 1)
 	res, err = d.Drain(t.Context(), node, spec, started)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(res.Remaining).To(Equal(0))
+	g.Expect(res.Done()).To(BeTrue())
+	setDisruptionsAllowed(t, pdb, 1)
+	_, err = d.Drain(t.Context(), node, spec, started)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(terminating(t, ns, "llama-guarded")).To(HaveLen(1))
+}
+
+// A wave once begun is never held again: a member whose eviction the
+// apiserver refused (two budgets select it, which the Eviction API does
+// not support) is tried in the next passes, and the drain waits for it,
+// even once the cache shows its one budget allowing no disruption.
+func TestABegunWaveIsNotHeldAgain(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	node := ns + "-n0"
+	newGang(t, ns, "llama", node, ns+"-n1")
+	newPod(t, ns, "llama-guarded", ns+"-n2", withLabels(map[string]string{
+		"jobset.sigs.k8s.io/jobset-name": "llama", "jobset.sigs.k8s.io/restart-attempt": "0", "guard": "yes"}), running())
+	pdb := newPDB(t, ns, "guard", map[string]string{"guard": "yes"})
+	setDisruptionsAllowed(t, pdb, 1)
+	second := newPDB(t, ns, "guard-too", map[string]string{"guard": "yes"})
+	setDisruptionsAllowed(t, second, 1)
+	started := time.Now()
+	d := drain.New(k8sClient, k8sClient, clocktesting.NewFakeClock(started), operatorNamespace)
+
+	res, err := d.Drain(t.Context(), node, gangSpec, started)
+	g.Expect(err).To(MatchError(ContainSubstring("llama-guarded")), "the apiserver refused it")
+	g.Expect(res.Waves).To(HaveLen(1))
+	g.Expect(res.Waves[0].Held).To(BeEmpty(), "sent: the cache could not say no")
+	g.Expect(terminating(t, ns, "llama-0", "llama-1")).To(HaveLen(2))
+	g.Expect(terminating(t, ns, "llama-guarded")).To(BeEmpty())
+	g.Expect(res.WavePending).To(Equal(1))
+
+	// The node's member gone and one budget left, at no disruption: the
+	// wave is not held (and forgotten), the drain waits for the member.
+	playKubelet(t, node)
+	g.Expect(k8sClient.Delete(t.Context(), second)).To(Succeed())
+	setDisruptionsAllowed(t, pdb, 0)
+	res, err = d.Drain(t.Context(), node, gangSpec, started)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Waves).To(HaveLen(1))
+	g.Expect(res.Waves[0].Held).To(BeEmpty())
+	g.Expect(res.WavePending).To(Equal(1))
+	g.Expect(res.Done()).To(BeFalse())
+
+	setDisruptionsAllowed(t, pdb, 1)
+	res, err = d.Drain(t.Context(), node, gangSpec, started)
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(terminating(t, ns, "llama-guarded")).To(HaveLen(1))
 	g.Expect(res.Done()).To(BeTrue())
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Kind is the workload kind that marks a gang.
@@ -108,7 +109,6 @@ const (
 	kueuePodGroup       = "kueue.x-k8s.io/pod-group-name"
 	kueueWorkload       = "kueue.x-k8s.io/workload"
 	kueuePodSet         = "kueue.x-k8s.io/podset"
-	jobControllerUID    = "batch.kubernetes.io/controller-uid"
 	schedulingV1beta1   = "scheduling.k8s.io/v1beta1"
 	kueueWorkloadAPI    = "kueue.x-k8s.io/v1beta2"
 	volcanoPodGroupAPI  = "scheduling.volcano.sh/v1beta1"
@@ -253,12 +253,10 @@ var table = []row{
 			}
 			return "", "", false
 		},
-		selector: func(name, part string) labels.Selector {
-			if strings.HasPrefix(name, "job/") {
-				return mustSelector(jobControllerUID, selection.Equals, part)
-			}
-			return nil // a pod group's label or a TAS annotation: of decides
-		},
+		// No selector: a Job's pods carry batch.kubernetes.io/controller-uid
+		// only when the Job controller chose the selector (not with
+		// manualSelector) and since 1.27, so Of decides every pod of the
+		// namespace.
 		owner: func(name string, pod *corev1.Pod) Owner {
 			if job, ok := strings.CutPrefix(name, "job/"); ok {
 				o := Owner{APIVersion: batchAPI, Kind: "Job", Name: job}
@@ -296,10 +294,15 @@ func NewFinder(extraLabelKeys []string) Finder {
 	return Finder{extra: slices.Clone(extraLabelKeys)}
 }
 
-// Of returns the gang pod belongs to, or false when it is in none.
+// Of returns the gang pod belongs to, or false when it is in none. A name
+// that could not be an object's (an annotation's value may be anything)
+// marks no gang.
 func (f Finder) Of(pod *corev1.Pod) (Key, bool) {
 	for _, r := range table {
 		if name, part, ok := r.of(pod); ok {
+			if len(validation.IsDNS1123Subdomain(strings.TrimPrefix(name, "job/"))) > 0 {
+				return Key{}, false
+			}
 			return Key{Kind: r.kind, Namespace: pod.Namespace, Name: name, Part: part}, true
 		}
 	}

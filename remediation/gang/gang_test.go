@@ -153,6 +153,7 @@ func TestOf(t *testing.T) {
 		},
 		{name: "a plain Job's pod is in no gang", pod: pod("plain", map[string]string{"batch.kubernetes.io/job-name": "x"}, nil, controlledBy("batch/v1", "Job", "x", "u6")), none: true},
 		{name: "a Kueue pod set label without a Job is in no gang", pod: pod("odd", map[string]string{"kueue.x-k8s.io/podset": "main"}, nil), none: true},
+		{name: "a name no object could have is no mark", pod: pod("v", nil, map[string]string{"scheduling.k8s.io/group-name": "Not A Name/" + string(make([]byte, 300))}), none: true},
 		{name: "an empty mark is no mark", pod: pod("e", map[string]string{"jobset.sigs.k8s.io/jobset-name": "", "example.com/gang": ""}, map[string]string{"pod-group-name": ""}), none: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
