@@ -135,5 +135,6 @@ func testGangDrainStopsTheJob(t *testing.T) {
 		}
 		return notes
 	}).Should(ContainElement(ContainSubstring("node "+faulty)), "the JobSet is told why it was stopped")
-	g.Eventually(phase(faulty)).Should(Equal(gpuhealthv1alpha1.PhaseHealthy))
+	// gpu-node-1's return overlaps the next cases (each waits for the
+	// nodes it uses to be Healthy).
 }

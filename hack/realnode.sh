@@ -131,19 +131,28 @@ static_image() {
   rm -rf "$work"
 }
 
-# load REF…: copy podman images into containerd's k8s.io namespace.
+# load REF…: copy podman images into containerd's k8s.io namespace, all at
+# once (each is mostly waiting on its archive's compression and writes).
 load() {
-  local ref archive
+  local ref pids=() failed=0 pid
   for ref in "$@"; do
-    archive=$(mktemp "$RUN/image.XXXXXX.tar")
-    podman save -q --format oci-archive -o "$archive" "$ref"
-    ctr images import "$archive" >/dev/null
-    rm -f "$archive"
-    # An oci-archive names the image by its reference only as an annotation;
-    # ctr keeps that name. Check that the kubelet will find it.
-    crictl inspecti "$ref" >/dev/null 2>&1 || die "image $ref is not in containerd after the import"
-    log "loaded $ref"
+    load_one "$ref" &
+    pids+=($!)
   done
+  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+  [ "$failed" = 0 ] || die "loading images into containerd failed"
+}
+
+load_one() {
+  local ref=$1 archive
+  archive=$(mktemp "$RUN/image.XXXXXX.tar")
+  podman save -q --format oci-archive -o "$archive" "$ref" || { rm -f "$archive"; return 1; }
+  ctr images import "$archive" >/dev/null || { rm -f "$archive"; return 1; }
+  rm -f "$archive"
+  # An oci-archive names the image by its reference only as an annotation;
+  # ctr keeps that name. Check that the kubelet will find it.
+  crictl inspecti "$ref" >/dev/null 2>&1 || { log "image $ref is not in containerd after the import"; return 1; }
+  log "loaded $ref"
 }
 
 node_ip() {

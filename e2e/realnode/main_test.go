@@ -151,10 +151,17 @@ func (e *nodeEnv) setup() error {
 	}
 
 	e.Log("importing the images into the node's containerd")
+	// The test Job's image is built while the others load.
+	testJob := make(chan error, 1)
+	go func() {
+		_, err := realnode(e.Root, "static-image", "e2e/testjob", testJobImage)
+		testJob <- err
+	}()
 	if _, err := realnode(e.Root, "load", "localhost/gpuhealth-operator:"+e.ImageTag, "localhost/gpuhealth-monitor:"+e.ImageTag); err != nil {
+		<-testJob
 		return fmt.Errorf("%w (make image builds them)", err)
 	}
-	if _, err := realnode(e.Root, "static-image", "e2e/testjob", testJobImage); err != nil {
+	if err := <-testJob; err != nil {
 		return err
 	}
 
