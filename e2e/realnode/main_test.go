@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -158,8 +159,7 @@ func (e *nodeEnv) setup() error {
 		testJob <- err
 	}()
 	if _, err := realnode(e.Root, "load", "localhost/gpuhealth-operator:"+e.ImageTag, "localhost/gpuhealth-monitor:"+e.ImageTag); err != nil {
-		<-testJob
-		return fmt.Errorf("%w (make image builds them)", err)
+		return errors.Join(fmt.Errorf("%w (make image builds them)", err), <-testJob)
 	}
 	if err := <-testJob; err != nil {
 		return err
