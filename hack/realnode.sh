@@ -261,6 +261,15 @@ resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 # Quick restarts of a container the tests stop.
 syncFrequency: 10s
+# The node shares the host's disk, whose free space is the host's
+# business (a developer's build cache): the defaults (imagefs under 15%
+# free, nodefs under 10%) taint it DiskPressure on a big, busy disk and
+# the chart's pods never schedule. Only a nearly full disk counts here.
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1%"
+  imagefs.available: "1%"
+  nodefs.inodesFree: "1%"
 YAML
   cat >"$RUN/kube-proxy-config.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
