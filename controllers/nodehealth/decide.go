@@ -444,6 +444,9 @@ func (d *decider) healthy() {
 		// fenced before any is written up, so the apiserver's write budget
 		// goes to stopping new work landing on bad GPUs first.
 		d.p.node, d.p.fenceOnly = nodeFence, true
+		// At once, whatever else this pass waits for (a resolved finding's
+		// clearAfter, say): the bookkeeping must not wait minutes behind it.
+		d.p.requeue = 0
 		return
 	case fenced && o.stormHold > 0:
 		// The bookkeeping after our fence waits while other nodes are

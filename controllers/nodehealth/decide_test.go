@@ -340,6 +340,17 @@ func TestDecide(t *testing.T) {
 			g.Expect(p.transitions).To(BeEmpty(), "the bookkeeping follows the fence")
 			g.Expect(p.announce).To(BeEmpty())
 		}},
+		{"a fault beside a resolved finding in its clearAfter: the bookkeeping follows the fence at once, not at the recheck",
+			obs(finding(), breakerClosed, finding(func(e *gpuhealthv1alpha1.NodeHealthEvent) {
+				e.Spec.Check, e.Spec.Code, e.Spec.Severity = gpuhealthv1alpha1.CheckNVLinkErrors, "CRC_FLIT", gpuhealthv1alpha1.SeverityDegraded
+				e.Status.Resolved, e.Status.ResolvedAt = true, &metav1.Time{Time: t0.Add(-time.Minute)}
+			}), func(o *observation) {
+				o.policy.Spec.Rules = append([]gpuhealthv1alpha1.Rule{{Name: "nvlink", Match: gpuhealthv1alpha1.RuleMatch{Checks: []gpuhealthv1alpha1.Check{gpuhealthv1alpha1.CheckNVLinkErrors}},
+					Verdict: gpuhealthv1alpha1.VerdictObserve, Recovery: &gpuhealthv1alpha1.Recovery{ClearAfter: "5m"}}}, o.policy.Spec.Rules...)
+			}), func(g *WithT, p *plan) {
+				g.Expect(p.fenceOnly).To(BeTrue())
+				g.Expect(result(p).RequeueAfter).To(Equal(time.Millisecond))
+			}},
 		{"fenced, a storm goes on: the bookkeeping waits", obs(finding(), fenced, func(o *observation) { o.stormHold = 300 * time.Millisecond }), func(g *WithT, p *plan) {
 			g.Expect(p.fenceOnly).To(BeTrue())
 			g.Expect(p.requeue).To(Equal(300 * time.Millisecond))
