@@ -452,7 +452,15 @@ func (c *chaos) fabric(ctx context.Context, monitored bool) error {
 		// five minutes, longer than any episode here).
 		c.led.injected(findingKey{node, gpuhealthv1alpha1.CheckFabric, framework.GPUUUID(i, 0), "UNHEALTHY"}, 1)
 		c.fault(kindFabricMonitor, 0)
+		injectedAt := time.Now()
 		c.later(hold, "fabric healthy again on "+node, func(context.Context) error {
+			// A state, unlike an XID, is a finding only once the monitor
+			// has polled it: the end of the chaos runs every pending step
+			// at once, and a fault injected just before would otherwise
+			// be healed before any poll saw it (and expected all the same).
+			if d := time.Until(injectedAt.Add(minFabricEpisode)); d > 0 {
+				time.Sleep(d)
+			}
 			if err := m.m.Inject(fabricLine(q, "healthy")); err != nil {
 				return err
 			}
@@ -486,6 +494,11 @@ func (c *chaos) fabric(ctx context.Context, monitored bool) error {
 	})
 	return nil
 }
+
+// minFabricEpisode is the shortest a fabric fault on a monitor's node
+// lasts: the shortest hold the chaos draws, many of the monitor's fabric
+// polls (1 s apart in the harness).
+const minFabricEpisode = 10 * time.Second
 
 // monitorOf is the monitor of node, if it has one.
 func (c *chaos) monitorOf(node string) (*monitor, bool) {
