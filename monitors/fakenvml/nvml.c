@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,9 +407,29 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 	if (version == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	pthread_mutex_lock(&mu);
-	r = refcount == 0 ? NVML_ERROR_UNINITIALIZED : copy_string(version, length, "570.133.20");
+	r = refcount == 0 ? NVML_ERROR_UNINITIALIZED : copy_string(version, length, sc.driver);
 	pthread_mutex_unlock(&mu);
 	return r;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+	nvmlReturn_t r = NVML_SUCCESS;
+
+	if (cudaDriverVersion == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&mu);
+	if (refcount == 0)
+		r = NVML_ERROR_UNINITIALIZED;
+	else
+		*cudaDriverVersion = (int)sc.cuda;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+	return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
 }
 
 nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
@@ -504,6 +525,97 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
 	pthread_mutex_lock(&mu);
 	if ((r = device_locked(device, &i)) == NVML_SUCCESS)
 		r = copy_string(uuid, length, sc.devices[i].uuid);
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+/* device_string copies one of device's inventory strings. */
+static nvmlReturn_t device_string(nvmlDevice_t device, char *dst, unsigned int length, size_t field)
+{
+	nvmlReturn_t r;
+	int i;
+
+	if (dst == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&mu);
+	if ((r = device_locked(device, &i)) == NVML_SUCCESS)
+		r = copy_string(dst, length, (const char *)&sc.devices[i] + field);
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+	return device_string(device, version, length, offsetof(struct fake_device, vbios));
+}
+
+nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+	return device_string(device, version, length, offsetof(struct fake_device, inforom));
+}
+
+/* device_mode reads one of device's modes; -1 in the scenario is "not supported". */
+static nvmlReturn_t device_mode(nvmlDevice_t device, size_t field, int *mode)
+{
+	nvmlReturn_t r;
+	int i;
+
+	pthread_mutex_lock(&mu);
+	if ((r = device_locked(device, &i)) == NVML_SUCCESS) {
+		*mode = *(const int *)((const char *)&sc.devices[i] + field);
+		if (*mode < 0)
+			r = NVML_ERROR_NOT_SUPPORTED;
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
+{
+	int m;
+	nvmlReturn_t r;
+
+	if (current == NULL || pending == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((r = device_mode(device, offsetof(struct fake_device, ecc), &m)) == NVML_SUCCESS)
+		*current = *pending = m;
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+	int m;
+	nvmlReturn_t r;
+
+	if (mode == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((r = device_mode(device, offsetof(struct fake_device, persistence), &m)) == NVML_SUCCESS)
+		*mode = m;
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+	int m;
+	nvmlReturn_t r;
+
+	if (currentMode == NULL || pendingMode == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((r = device_mode(device, offsetof(struct fake_device, mig), &m)) == NVML_SUCCESS)
+		*currentMode = *pendingMode = (unsigned)m;
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+{
+	nvmlReturn_t r;
+	int i;
+
+	if (limit == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&mu);
+	if ((r = device_locked(device, &i)) == NVML_SUCCESS)
+		*limit = sc.devices[i].power_w * 1000; /* milliwatts */
 	pthread_mutex_unlock(&mu);
 	return r;
 }

@@ -37,6 +37,7 @@ func parse(data []byte) parsed {
 	if s == nil {
 		panic("fakenvml: out of memory")
 	}
+	C.fake_scenario_init(s)
 	defer C.free(unsafe.Pointer(s))
 	defer C.fake_scenario_free(s)
 	C.fake_parse(s, (*C.char)(unsafe.Pointer(unsafe.SliceData(data))), C.size_t(len(data)), 1)
@@ -68,6 +69,7 @@ func parseInTwo(data []byte, split int) (directives, errors int) {
 	if s == nil {
 		panic("fakenvml: out of memory")
 	}
+	C.fake_scenario_init(s)
 	defer C.free(unsafe.Pointer(s))
 	defer C.fake_scenario_free(s)
 	base := (*C.char)(unsafe.Pointer(unsafe.SliceData(data)))

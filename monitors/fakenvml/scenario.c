@@ -10,6 +10,9 @@
  * ignored, values may be "double quoted" and then hold spaces and '#'):
  *
  *   device [index=N] [uuid=GPU-...] [pci=DDDD:BB:DD.F] [name="..."] [links=0..36]
+ *          [vbios=V] [inforom=V] [ecc=on|off|none] [persistence=on|off|none]
+ *          [mig=on|off|none] [power=W]
+ *   system [driver=V] [cuda=N]
  *   xid       device=N code=C [at=T]
  *   lost      device=N [at=T]
  *   nvlink    device=N link=L counter=K rate=R [from=T] [for=D]
@@ -383,6 +386,62 @@ int fake_parse_pci(const char *p, size_t n, unsigned *domain, unsigned *bus, uns
 	return 0;
 }
 
+/* take_version copies key's value, when present, into dst (FAKE_VERSION_SIZE). */
+static int take_version(struct line *l, const char *key, char *dst)
+{
+	const char *v = take(l, key);
+
+	if (v == NULL)
+		return 0;
+	if (*v == '\0' || strlen(v) >= FAKE_VERSION_SIZE)
+		return fail(l, "%s= must be 1 to %d bytes", key, FAKE_VERSION_SIZE - 1);
+	strcpy(dst, v);
+	return 0;
+}
+
+/* take_mode reads key=on|off|none into 1, 0 or -1 (not supported). */
+static int take_mode(struct line *l, const char *key, int *mode)
+{
+	const char *v = take(l, key);
+
+	if (v == NULL)
+		return 0;
+	if (strcmp(v, "on") == 0)
+		*mode = 1;
+	else if (strcmp(v, "off") == 0)
+		*mode = 0;
+	else if (strcmp(v, "none") == 0)
+		*mode = -1;
+	else
+		return fail(l, "%s=%.20s: want on, off or none", key, v);
+	return 0;
+}
+
+/* parse_system_line reads the driver's version and CUDA version. */
+static int parse_system_line(struct fake_scenario *s, struct line *l)
+{
+	const char *v;
+	uint64_t x;
+	int i;
+
+	if (s->live)
+		return fail(l, "system lines are not accepted after nvmlInit");
+	if ((v = take(l, "driver")) != NULL) {
+		if (*v == '\0' || strlen(v) >= FAKE_DRIVER_SIZE)
+			return fail(l, "driver= must be 1 to %d bytes", FAKE_DRIVER_SIZE - 1);
+		strcpy(s->driver, v);
+	}
+	if ((v = take(l, "cuda")) != NULL) {
+		if (parse_uint(v, 999999, &x) != 0 || x == 0)
+			return fail(l, "cuda=%.20s: want NVML's number, 1000*major+10*minor (12080)", v);
+		s->cuda = (unsigned)x;
+	}
+	for (i = 0; i < l->n; i++)
+		if (!l->kv[i].used)
+			return fail(l, "unexpected key %s= for system", l->kv[i].key);
+	return 0;
+}
+
 static int parse_device_line(struct fake_scenario *s, struct line *l)
 {
 	struct fake_device d;
@@ -420,6 +479,22 @@ static int parse_device_line(struct fake_scenario *s, struct line *l)
 		if (parse_uint(v, FAKE_MAX_LINKS, &x) != 0)
 			return fail(l, "links=%.20s: want 0 to %d", v, FAKE_MAX_LINKS);
 		d.links = (unsigned)x;
+	}
+	strcpy(d.vbios, "96.00.74.00.01");
+	strcpy(d.inforom, "G520.0200.00.05");
+	if (take_version(l, "vbios", d.vbios) != 0 || take_version(l, "inforom", d.inforom) != 0)
+		return -1;
+	d.ecc = 1;
+	d.persistence = 1;
+	d.mig = 0;
+	if (take_mode(l, "ecc", &d.ecc) != 0 || take_mode(l, "persistence", &d.persistence) != 0 ||
+	    take_mode(l, "mig", &d.mig) != 0)
+		return -1;
+	d.power_w = 700;
+	if ((v = take(l, "power")) != NULL) {
+		if (parse_uint(v, 100000, &x) != 0)
+			return fail(l, "power=%.20s: want watts, 0 to 100000", v);
+		d.power_w = (unsigned)x;
 	}
 	for (i = 0; i < s->ndevices; i++) {
 		const struct fake_device *o = &s->devices[i];
@@ -692,7 +767,7 @@ static int parse_op_line(struct fake_scenario *s, struct line *l, struct fake_op
 
 static int known_directive(const char *word)
 {
-	static const char *const known[] = {"device", "xid", "lost", "nvlink", "linkstate", "fabric",
+	static const char *const known[] = {"device", "system", "xid", "lost", "nvlink", "linkstate", "fabric",
 					    "clocks", "pcie", "pcireplay", "util", "remap", "retired",
 					    "ecc", "temp", "nvlinkspeed"};
 	size_t i;
@@ -723,6 +798,8 @@ static int parse_line(struct fake_scenario *s, const char *p, size_t n, struct l
 		return 1; /* blank or comment */
 	if (strcmp(l->word, "device") == 0)
 		return parse_device_line(s, l);
+	if (strcmp(l->word, "system") == 0)
+		return parse_system_line(s, l);
 	memset(&op, 0, sizeof(op));
 	if (parse_op_line(s, l, &op) != 0)
 		return -1;
@@ -808,6 +885,8 @@ struct fake_op *fake_add_op(struct fake_scenario *s)
 void fake_scenario_init(struct fake_scenario *s)
 {
 	memset(s, 0, sizeof(*s));
+	strcpy(s->driver, "570.133.20");
+	s->cuda = 12080;
 }
 
 void fake_scenario_free(struct fake_scenario *s)

@@ -63,11 +63,19 @@ struct fake_time {
 	int64_t ns;
 };
 
+#define FAKE_VERSION_SIZE 32 /* NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE, INFOROM 16 */
+#define FAKE_DRIVER_SIZE 80  /* NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE */
+
 struct fake_device {
 	char uuid[FAKE_UUID_SIZE];
 	char name[FAKE_NAME_SIZE];
 	unsigned domain, bus, dev, function;
 	unsigned links;
+	/* Inventory: what nvidia-smi -q shows; a mode of -1 is "not supported". */
+	char vbios[FAKE_VERSION_SIZE];
+	char inforom[FAKE_VERSION_SIZE];
+	int ecc, persistence, mig;
+	unsigned power_w;
 };
 
 struct fake_op {
@@ -90,6 +98,9 @@ struct fake_op {
 struct fake_scenario {
 	struct fake_device devices[FAKE_MAX_DEVICES];
 	int ndevices;
+	/* system line: the driver's version and the CUDA version it supports. */
+	char driver[FAKE_DRIVER_SIZE];
+	unsigned cuda;
 	struct fake_op *ops;
 	size_t nops, capops;
 	int live;     /* set after nvmlInit: device lines are refused */

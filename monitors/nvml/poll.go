@@ -26,7 +26,7 @@ const (
 var fabricCodes = []string{FabricNotStarted, FabricInProgress, FabricError, FabricUnhealthy, FabricLimitedCapacity}
 
 // poll reads NVLink counters and state and the fabric every PollInterval.
-func (s *Source) poll(ctx context.Context, report monitors.Reporter) error {
+func (s *Source) poll(ctx context.Context, lib gonvml.Interface, report monitors.Reporter) error {
 	interval := s.PollInterval
 	if interval <= 0 {
 		interval = DefaultPollInterval
@@ -38,8 +38,17 @@ func (s *Source) poll(ctx context.Context, report monitors.Reporter) error {
 	started := s.clock().Now()
 	ticker := s.clock().NewTicker(interval)
 	defer ticker.Stop()
+	inventoryEvery := s.InventoryInterval
+	if inventoryEvery <= 0 {
+		inventoryEvery = DefaultInventoryInterval
+	}
+	var inventoried time.Time
 	for {
 		now := s.clock().Now()
+		if inventoried.IsZero() || now.Sub(inventoried) >= inventoryEvery {
+			s.takeInventory(lib, now, tracker, inventoried.IsZero(), report)
+			inventoried = now
+		}
 		for _, d := range s.devices {
 			if s.isLost(d) {
 				continue
@@ -54,6 +63,38 @@ func (s *Source) poll(ctx context.Context, report monitors.Reporter) error {
 		case <-ticker.C():
 		}
 	}
+}
+
+// takeInventory reads the inventory and compares NVML's GPUs with the PCI
+// bus's. At the first read a bus that agrees resolves a GPUMissing finding
+// an earlier run of the agent (before a reboot) left open.
+func (s *Source) takeInventory(lib gonvml.Interface, now time.Time, tracker *monitors.Tracker, first bool, report monitors.Reporter) {
+	s.mu.Lock()
+	devices := s.devices
+	s.mu.Unlock()
+	var live []*device
+	for _, d := range devices {
+		if !s.isLost(d) {
+			live = append(live, d)
+		}
+	}
+	inv := readInventory(lib, live, now)
+	s.mu.Lock()
+	s.inventory = inv
+	s.mu.Unlock()
+	pci := s.pciGPUs()
+	if pci == nil {
+		return
+	}
+	// A GPU lost while running is the GPULost finding's, not this one's:
+	// compare with every GPU NVML listed at the start.
+	missing := missingFromNVML(pci, devices)
+	f := gpuMissingFinding(missing, len(devices), len(pci), now)
+	if len(missing) == 0 && first {
+		report(f)
+		return
+	}
+	tracker.Set(now, f, len(missing) > 0, report)
 }
 
 // pollDevice reads one GPU; it returns errLost when NVML says the GPU is lost.
@@ -124,9 +165,21 @@ func (s *Source) pollDevice(now, started time.Time, d *device, tracker, perfTrac
 	return s.pollPerformance(now, d, up, perfTracker, report)
 }
 
+// fabricInfo reads the GPU's fabric state: through
+// nvmlDeviceGetGpuFabricInfoV (state, status and health summary) where the
+// driver has it, else through nvmlDeviceGetGpuFabricInfo (R535: state and
+// status only, so no UNHEALTHY or LIMITED_CAPACITY finding there).
+func (s *Source) fabricInfo(d *device) (gonvml.GpuFabricInfo_v3, gonvml.Return) {
+	if s.symbols.gpuFabricInfoV {
+		return d.handle.GetGpuFabricInfoV().V3()
+	}
+	old, ret := d.handle.GetGpuFabricInfo()
+	return gonvml.GpuFabricInfo_v3{ClusterUuid: old.ClusterUuid, Status: old.Status, CliqueId: old.CliqueId, State: old.State}, ret
+}
+
 // pollFabric judges the GPU's fabric state and health summary.
 func (s *Source) pollFabric(now, started time.Time, d *device, tracker *monitors.Tracker, report monitors.Reporter) error {
-	info, ret := d.handle.GetGpuFabricInfoV().V3()
+	info, ret := s.fabricInfo(d)
 	switch {
 	case ret == gonvml.ERROR_GPU_IS_LOST:
 		return errLost

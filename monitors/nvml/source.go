@@ -94,14 +94,21 @@ type Source struct {
 	Repeat time.Duration
 	// Performance configures the slow-GPU checks.
 	Performance slowgpu.Config
+	// PCIGPUs lists the PCI addresses of the NVIDIA GPUs on the PCI bus
+	// (services.ScanPCI); nil skips the comparison with NVML's list.
+	PCIGPUs func() ([]string, error)
+	// InventoryInterval is how often the inventory is read again
+	// (DefaultInventoryInterval when zero).
+	InventoryInterval time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// Log receives the source's logs.
 	Log logr.Logger
 
-	mu      sync.Mutex
-	devices []*device
-	lost    map[string]bool
+	mu        sync.Mutex
+	devices   []*device
+	lost      map[string]bool
+	inventory *Inventory
 	// symbols are the calls newer than the oldest supported driver that
 	// the loaded library has, looked up once at the start.
 	symbols symbols
@@ -114,6 +121,9 @@ type symbols struct {
 	clocksEventReasons bool
 	// gpuMaxPcieLinkGeneration: nvmlDeviceGetGpuMaxPcieLinkGeneration.
 	gpuMaxPcieLinkGeneration bool
+	// gpuFabricInfoV: nvmlDeviceGetGpuFabricInfoV (drivers from 550; R535
+	// has only nvmlDeviceGetGpuFabricInfo, without the health summary).
+	gpuFabricInfoV bool
 }
 
 // lookupSymbols asks the library which optional calls it has; a library that
@@ -124,8 +134,9 @@ func lookupSymbols(lib gonvml.Interface) symbols {
 		has = func(name string) bool { return ext.LookupSymbol(name) == nil }
 	}
 	return symbols{
-		clocksEventReasons:       has("nvmlDeviceGetCurrentClocksEventReasons"),
-		gpuMaxPcieLinkGeneration: has("nvmlDeviceGetGpuMaxPcieLinkGeneration"),
+		clocksEventReasons:       has(OptionalSymbols[0]),
+		gpuMaxPcieLinkGeneration: has(OptionalSymbols[1]),
+		gpuFabricInfoV:           has(OptionalSymbols[2]),
 	}
 }
 
@@ -190,6 +201,11 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 		}
 	}
 	defer func() { _ = lib.Shutdown() }()
+	defer func() {
+		s.mu.Lock()
+		s.inventory = nil
+		s.mu.Unlock()
+	}()
 	// go-nvml binds symbols lazily: calling one the driver lacks aborts the
 	// process, so calls newer than the oldest supported driver are looked
 	// up first.
@@ -199,6 +215,9 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 		return err
 	}
 	if len(devices) == 0 {
+		if pci := s.pciGPUs(); len(pci) > 0 {
+			report(gpuMissingFinding(missingFromNVML(pci, nil), 0, len(pci), s.clock().Now()))
+		}
 		return monitors.Unavailable("NVML reports no GPUs on this node")
 	}
 	s.mu.Lock()
@@ -217,7 +236,7 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 	defer cancel()
 	errs := make(chan error, 2)
 	go func() { errs <- s.watchEvents(ctx, lib, set, registered, report) }()
-	go func() { errs <- s.poll(ctx, report) }()
+	go func() { errs <- s.poll(ctx, lib, report) }()
 	first := <-errs
 	cancel()
 	second := <-errs
@@ -225,6 +244,20 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 		return second
 	}
 	return first
+}
+
+// pciGPUs scans the PCI bus, or returns nil when there is no scanner or
+// the scan failed (logged: the comparison is skipped, nothing is judged).
+func (s *Source) pciGPUs() []string {
+	if s.PCIGPUs == nil {
+		return nil
+	}
+	pci, err := s.PCIGPUs()
+	if err != nil {
+		s.Log.Info("Cannot list the PCI bus's GPUs; NVML's list is not compared with it", "err", err.Error())
+		return nil
+	}
+	return pci
 }
 
 // extensions returns the library's extended interface, or nil when it has
