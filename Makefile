@@ -128,7 +128,7 @@ unit: controlplane $(HELM) ## Run unit and envtest suites (the chart's tests run
 FUZZ_TARGETS := api/xid:FuzzLookup monitors/kmsg:FuzzParse monitors/metrics:FuzzBearer monitors/imex:FuzzParseDaemonStatus \
 	monitors/imex:FuzzParseDomainStatus monitors/fakenvml:FuzzParseScenario monitors/agent:FuzzParseConfig \
 	remediation/suite:FuzzParseNCCLTests remediation/suite:FuzzParseDCGMDiag remediation/handoff:FuzzRender \
-	monitors/dradriver:FuzzFinding \
+	monitors/dradriver:FuzzFinding monitors/services:FuzzParseDpkgStatus \
 	remediation/devicetaint:FuzzParseWouldEvict
 FUZZTIME ?= 3s
 # make fuzz keeps one instrumented test binary per package here: a package
@@ -157,6 +157,11 @@ fuzz: ## Run every parser's fuzz target briefly (FUZZTIME each; longer: make fuz
 	    if [ $$try -eq 1 ] && grep -q '^    context deadline exceeded$$' <<<"$$out" && ! grep -q 'Failing input written' <<<"$$out"; then \
 	      echo "fuzz $$pkg $$fn: the coordinator's deadline race (go.dev/issue/75804), no failing input written: run again"; continue; fi; \
 	    exit 1; done; done
+
+.PHONY: nvml-real
+nvml-real: ## The agent against NVIDIA's real libnvidia-ml.so.1 of driver branch 535 (hack/nvml535.sh caches it): every NVML call it makes unlooked-up exists there, and without a driver it retries the nvml source and keeps running.
+	dir=$$(hack/nvml535.sh | tail -1); \
+	GPUHEALTH_NVML_REAL_DIR="$$dir" go test -tags nvmlreal $(GO_TEST_FLAGS) -v -timeout 5m ./e2e/nvmlreal/
 
 .PHONY: e2e
 e2e: controlplane $(HELM) image ## End-to-end suite: the real binaries on a local kwok cluster, installed with the chart, and the images (GPUHEALTH_E2E_KEEP=1 keeps the logs); records the operator's metrics in E2E_METRICS for dashboard-png.
@@ -197,13 +202,14 @@ demo-down: ## Remove the demo cluster and stop its processes.
 # e2e-node; as a tier of its own its time is not counted in e2e's. Tiers
 # joined by "+" run side by side (each its own make, its output held and
 # printed whole when it ends, as make -O does; the table gives each its
-# own time and the group's in total). The real-node tier and the soak
+# own time and the group's in total). The real-NVML tier mostly waits on
+# the agent's retry timer, so it runs beside the fuzzers. The real-node tier and the soak
 # smoke mostly wait on timers, so they share the machine: 4m38s and 3m34s
 # of their own, 4m39s together (docs/e2e.md). They do not share ports: clusters
 # are created one at a time under a lock (e2e/framework's lockPorts), and
 # the harnesses' own processes take ports below kwokctl's and the
 # kernel's ephemeral range (framework.FreeAddr).
-TEST_TIERS := controlplane verify-generated lint unit fuzz image e2e e2e-node+soak-smoke
+TEST_TIERS := controlplane verify-generated lint unit fuzz+nvml-real image e2e e2e-node+soak-smoke
 # Where make test writes its table of tier times (it prints it as well).
 TEST_TIMES ?= $(OUTPUT)/test-times.txt
 

@@ -32,8 +32,13 @@ func (s *NodeHealthEventSpec) IsIMEX() bool {
 // fabric rather than one node: the IMEX domain DOWN, a fatal NVSwitch fault
 // (DCGM health or an SXid), or a GPU's fabric not COMPLETED or unhealthy
 // (the monitor reports those Fatal; LIMITED_CAPACITY is Degraded and stays a
-// node matter).
+// node matter). A Fabric Manager that stopped on a node (source services) is
+// the node's own: on the systems where it runs on the node, the NVSwitches it
+// manages are the node's.
 func (s *NodeHealthEventSpec) IsCliqueFault() bool {
+	if s.Source == SourceServices {
+		return false
+	}
 	switch s.Check {
 	case CheckIMEXDomain:
 		return strings.EqualFold(s.Code, "DOWN")

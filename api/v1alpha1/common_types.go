@@ -1,7 +1,7 @@
 package v1alpha1
 
 // Source names the part of gpuhealth that produced a finding.
-// +kubebuilder:validation:Enum=nvml;dcgm;kmsg;imex;draDriver;recertification;manual
+// +kubebuilder:validation:Enum=nvml;dcgm;kmsg;imex;draDriver;services;nodeCondition;operator;recertification;manual
 type Source string
 
 const (
@@ -17,6 +17,18 @@ const (
 	// its devices (gpu.nvidia.com/xid, gpu-lost), read from the node's
 	// ResourceSlices.
 	SourceDRADriver Source = "draDriver"
+	// SourceServices is the monitor's services source: whether NVIDIA's
+	// host services (Fabric Manager, the persistence daemon, a host-managed
+	// IMEX daemon) run, read from the host's /proc.
+	SourceServices Source = "services"
+	// SourceNodeCondition is a Node condition the policy lists (for example
+	// node-problem-detector's ReadonlyFilesystem), turned into a finding by
+	// the operator.
+	SourceNodeCondition Source = "nodeCondition"
+	// SourceOperator is a finding the operator derives from what the
+	// cluster shows about a node: its stack drifting from its pool's, or
+	// the scheduler seeing fewer GPUs than the node should have.
+	SourceOperator Source = "operator"
 	// SourceRecertification is the operator's recertification Job.
 	SourceRecertification Source = "recertification"
 	// SourceManual is a human who recorded a finding by hand.
@@ -24,7 +36,7 @@ const (
 )
 
 // Check names what was checked: the kind of fault a finding is about.
-// +kubebuilder:validation:Enum=XID;SXID;GPULost;ECC;NVLinkErrors;NVLinkDown;Fabric;NVSwitch;IMEXDaemon;IMEXDomain;PCIe;InfoROM;Thermal;Power;Throttled;PCIeDegraded;MemoryRepair;ThermalMargin;NVLinkDegraded;Recertification;Manual
+// +kubebuilder:validation:Enum=XID;SXID;GPULost;ECC;NVLinkErrors;NVLinkDown;Fabric;NVSwitch;IMEXDaemon;IMEXDomain;PCIe;InfoROM;Thermal;Power;Throttled;PCIeDegraded;MemoryRepair;ThermalMargin;NVLinkDegraded;Service;NodeCondition;GPUMissing;Drift;Recertification;Manual
 type Check string
 
 const (
@@ -74,6 +86,22 @@ const (
 	// CheckNVLinkDegraded is an active NVLink running below the speed of
 	// the other links of its GPU.
 	CheckNVLinkDegraded Check = "NVLinkDegraded"
+	// CheckService is one of NVIDIA's host services not running or
+	// restarting over and over; the code says which (NotRunning,
+	// Restarting). Fabric Manager on an NVSwitch system is CheckFabric.
+	CheckService Check = "Service"
+	// CheckNodeCondition is a Node condition the policy lists holding; the
+	// code is the condition type.
+	CheckNodeCondition Check = "NodeCondition"
+	// CheckGPUMissing is a node with fewer GPUs than it should have: NVML
+	// lists fewer than the PCI bus or the expected count (code PCI,
+	// Expected), or the scheduler sees fewer (code Allocatable,
+	// ResourceSlice).
+	CheckGPUMissing Check = "GPUMissing"
+	// CheckDrift is a node whose stack (driver, VBIOS, Fabric Manager
+	// version, ECC mode, …) differs from its pool's majority; the code
+	// names the property.
+	CheckDrift Check = "Drift"
 	// CheckRecertification is the result of a recertification Job.
 	CheckRecertification Check = "Recertification"
 	// CheckManual is a finding a human recorded.
@@ -81,7 +109,7 @@ const (
 )
 
 // ComponentKind names the kind of hardware or service a finding is about.
-// +kubebuilder:validation:Enum=GPU;NVLink;NVSwitch;IMEX;Node
+// +kubebuilder:validation:Enum=GPU;NVLink;NVSwitch;IMEX;Service;Node
 type ComponentKind string
 
 const (
@@ -93,6 +121,9 @@ const (
 	ComponentNVSwitch ComponentKind = "NVSwitch"
 	// ComponentIMEX is the node's IMEX daemon or the IMEX domain it belongs to.
 	ComponentIMEX ComponentKind = "IMEX"
+	// ComponentService is one of NVIDIA's host services; the component id
+	// is its name (nvidia-fabricmanager, nvidia-persistenced, nvidia-imex).
+	ComponentService ComponentKind = "Service"
 	// ComponentNode is the node as a whole.
 	ComponentNode ComponentKind = "Node"
 )

@@ -22,6 +22,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&NodeHealthEvent{}, &NodeHealthEventList{},
 		&NodeHealth{}, &NodeHealthList{},
 		&RemediationPolicy{}, &RemediationPolicyList{},
+		&NodeInventory{}, &NodeInventoryList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -818,6 +818,24 @@ type RemediationPolicySpec struct {
 	// +optional
 	Devices *DeviceQuarantineSpec `json:"devices,omitempty"`
 
+	// conditions turn Node conditions (node-problem-detector's, the
+	// kubelet's) into findings. Unset: none.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []NodeConditionRule `json:"conditions,omitempty"`
+
+	// drift compares each node's NVIDIA stack with its pool's. Unset: no
+	// drift findings (the inventory is still shown and exported).
+	// +optional
+	Drift *DriftSpec `json:"drift,omitempty"`
+
+	// gpuCount says how many GPUs nodes should have. Unset: the PCI bus
+	// (the monitor) and the nvidia.com/gpu.count label decide.
+	// +optional
+	GPUCount *GPUCountSpec `json:"gpuCount,omitempty"`
+
 	// dryRun makes the operator decide and record (NodeHealth, Events,
 	// metrics) without touching any node or pod.
 	// +optional

@@ -44,7 +44,7 @@ func run() int {
 	)
 	flag.StringVar(&configPath, "config", "", "Path of the YAML configuration file (see docs/monitors.md); flags override it.")
 	flag.StringVar(&flags.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (from the downward API); every event is about it.")
-	flag.StringVar(&sources, "sources", "", "Comma-separated sources to run: nvml, dcgm, kmsg, imex (default nvml,kmsg,imex).")
+	flag.StringVar(&sources, "sources", "", "Comma-separated sources to run: nvml, dcgm, kmsg, imex, draDriver, services (default nvml,kmsg,imex,services).")
 	flag.StringVar(&flags.Spool.Dir, "spool-dir", "", "Directory of the on-disk spool, on a hostPath (default /var/lib/gpuhealth/spool).")
 	flag.StringVar(&flags.NVML.LibraryPath, "nvml-library", "", "Path of libnvidia-ml.so.1 (default: the dynamic loader's search path).")
 	flag.StringVar(&flags.Kmsg.Path, "kmsg-path", "", "Kernel log device or file (default /dev/kmsg).")

@@ -31,6 +31,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
 	"github.com/gpuhealth/gpuhealth/controllers/eventgc"
 	"github.com/gpuhealth/gpuhealth/controllers/index"
+	"github.com/gpuhealth/gpuhealth/controllers/nodefindings"
 	"github.com/gpuhealth/gpuhealth/controllers/nodehealth"
 	"github.com/gpuhealth/gpuhealth/controllers/policy"
 	"github.com/gpuhealth/gpuhealth/internal/eventnote"
@@ -311,6 +312,9 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	gc := &eventgc.Reconciler{Client: mgr.GetClient(), Clock: clk, Retention: o.eventRetention, MaxPerNode: o.maxEventsPerNode}
 	if err := gc.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the event garbage collector: %w", err)
+	}
+	if err := (&nodefindings.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the derived findings controller: %w", err)
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -187,9 +188,21 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	}}
 	policy.Spec.Recertification.Job = &gpuhealthv1alpha1.JobTemplate{Image: "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04", Command: []string{"dcgmi", "diag", "-r", "2"}}
 	policy.Spec.Recertification.SoakWindow = ptr.To(gpuhealthv1alpha1.Duration("0s"))
+	// A Node condition it observes: the operator writes that finding.
+	policy.Spec.Conditions = []gpuhealthv1alpha1.NodeConditionRule{{Type: "KernelDeadlock", Verdict: gpuhealthv1alpha1.VerdictObserve}}
 	g.Expect(admin.Create(ctx, policy)).To(Succeed())
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: label + "-node", Labels: map[string]string{"test": label, "nvidia.com/gpu.present": "true"}}}
 	g.Expect(admin.Create(ctx, node)).To(Succeed())
+	node.Status.Conditions = []corev1.NodeCondition{{Type: "KernelDeadlock", Status: corev1.ConditionTrue, Reason: "DockerHung"}}
+	g.Expect(admin.Status().Update(ctx, node)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		ev := &gpuhealthv1alpha1.NodeHealthEvent{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: gpuhealthv1alpha1.EventName(node.Name, gpuhealthv1alpha1.SourceNodeCondition, gpuhealthv1alpha1.CheckNodeCondition, "", "KernelDeadlock")}, ev)).To(Succeed())
+		g.Expect(ev.Status.Count).To(Equal(int64(1)))
+	}).Should(Succeed())
+	// Cleared, it is resolved (another status patch), then collected.
+	g.Expect(admin.Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType,
+		[]byte(`{"status":{"conditions":[{"type":"KernelDeadlock","status":"False"}]}}`)))).To(Succeed())
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: label + "-trainer", Namespace: "default"},
 		Spec:       corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "train", Image: "trainer"}}},

@@ -125,6 +125,11 @@ func TestAgentRBACIsWhatItUses(t *testing.T) {
 	g.Expect(os.WriteFile(cfg.IMEX.Command, []byte("#!/bin/sh\nexit 1\n"), 0o700)).To(Succeed()) //nolint:gosec // an executable script
 
 	cfg.IMEX.Interval = metav1.Duration{Duration: 200 * time.Millisecond}
+	// The inventory report written at once and again and again.
+	cfg.Inventory.Interval = metav1.Duration{Duration: 200 * time.Millisecond}
+	t.Cleanup(func() {
+		_ = admin.Delete(context.Background(), &gpuhealthv1alpha1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: nodeA}})
+	})
 	cfg.Publish.Window = metav1.Duration{Duration: 100 * time.Millisecond}
 	g.Expect(cfg.Validate()).To(Succeed())
 	m, err := agent.New(ctx, cfg, rec.Wrap(monitorA.config), testScheme, logr.Discard())
@@ -159,6 +164,10 @@ func TestAgentRBACIsWhatItUses(t *testing.T) {
 	// The imex source has read its node's labels and looked for its pod.
 	g.Eventually(func() []apirecord.Call { return rec.Calls() }, 10*time.Second).Should(ContainElements(
 		apirecord.Call{Verb: "watch", Resource: "nodes"}, apirecord.Call{Verb: "watch", Resource: "pods"}))
+	// It has reported its node's inventory, and reported it again.
+	g.Eventually(func() []apirecord.Call { return rec.Calls() }, 10*time.Second).Should(ContainElements(
+		apirecord.Call{Verb: "create", Group: "gpuhealth.dev", Resource: "nodeinventories"},
+		apirecord.Call{Verb: "update", Group: "gpuhealth.dev", Resource: "nodeinventories"}))
 	cancel()
 	g.Expect(<-done).To(Succeed())
 

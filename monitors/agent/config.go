@@ -20,7 +20,7 @@ type Config struct {
 	// NodeName is this node's name; normally --node-name from the downward API.
 	NodeName string `json:"nodeName,omitempty"`
 	// Sources lists the sources to run: nvml, dcgm, kmsg, imex, draDriver. Default:
-	// nvml, kmsg and imex (DCGM is opt-in: it needs a DCGM library or a
+	// nvml, kmsg, imex and services (DCGM is opt-in: it needs a DCGM library or a
 	// reachable nv-hostengine).
 	Sources []string `json:"sources,omitempty"`
 	// NVML configures the nvml source.
@@ -33,6 +33,10 @@ type Config struct {
 	IMEX IMEXConfig `json:"imex,omitempty"`
 	// DRADriver configures the draDriver source.
 	DRADriver DRADriverConfig `json:"draDriver,omitempty"`
+	// Services configures the services source.
+	Services ServicesConfig `json:"services,omitempty"`
+	// Inventory configures the NodeInventory report.
+	Inventory InventoryConfig `json:"inventory,omitempty"`
 	// Spool configures the on-disk spool.
 	Spool SpoolConfig `json:"spool,omitempty"`
 	// Publish configures writes to the apiserver.
@@ -185,6 +189,39 @@ type DRADriverConfig struct {
 	Interval metav1.Duration `json:"interval,omitempty"`
 }
 
+// ServicesConfig configures the services source, which reads NVIDIA's host
+// services' processes from the host's /proc.
+type ServicesConfig struct {
+	// ProcRoot is the host's /proc as mounted (default /host/proc).
+	ProcRoot string `json:"procRoot,omitempty"`
+	// Interval between reads (default 30s).
+	Interval metav1.Duration `json:"interval,omitempty"`
+	// Window over which restarts are counted (default 10m).
+	Window metav1.Duration `json:"window,omitempty"`
+	// MaxRestarts within Window from which a service is restarting over
+	// and over (default 3).
+	MaxRestarts int `json:"maxRestarts,omitempty"`
+}
+
+// InventoryConfig configures the NodeInventory the agent writes about its
+// node: the NVIDIA stack (driver, VBIOS, modes), the PCI bus's GPUs and
+// NVIDIA's services, which the operator compares across a pool.
+type InventoryConfig struct {
+	// Disabled turns the report off.
+	Disabled bool `json:"disabled,omitempty"`
+	// Interval is the longest time between two writes; a change is
+	// written within a minute (default 10m).
+	Interval metav1.Duration `json:"interval,omitempty"`
+	// SysRoot is sysfs as mounted (default /sys); the PCI bus is read
+	// under it.
+	SysRoot string `json:"sysRoot,omitempty"`
+	// DpkgStatus is the host's dpkg status file as mounted (default
+	// /host/var/lib/dpkg/status); Fabric Manager's and IMEX's versions
+	// come from it. Absent on hosts without dpkg: the versions are then
+	// not reported.
+	DpkgStatus string `json:"dpkgStatus,omitempty"`
+}
+
 // SpoolConfig configures the on-disk spool.
 type SpoolConfig struct {
 	// Dir is the spool directory, on a hostPath so it survives the pod
@@ -217,10 +254,10 @@ type DebounceConfig struct {
 }
 
 // Known source names.
-var knownSources = []string{"nvml", "dcgm", "kmsg", "imex", "draDriver"}
+var knownSources = []string{"nvml", "dcgm", "kmsg", "imex", "draDriver", "services"}
 
 // DefaultSources are run when the configuration names none.
-var DefaultSources = []string{"nvml", "kmsg", "imex"}
+var DefaultSources = []string{"nvml", "kmsg", "imex", "services"}
 
 // ParseConfig parses a configuration file strictly: an unknown field, a bad
 // duration or an unknown source is an error that names it.
@@ -262,6 +299,8 @@ func (c *Config) Validate() error {
 		"imex.startupGrace": c.IMEX.StartupGrace, "nvml.performance.window": c.NVML.Performance.Window, "draDriver.interval": c.DRADriver.Interval,
 		"dcgm.performance.window": c.DCGM.Performance.Window,
 		"publish.window":          c.Publish.Window,
+		"services.interval":       c.Services.Interval, "services.window": c.Services.Window,
+		"inventory.interval": c.Inventory.Interval,
 	} {
 		if d.Duration < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", name))
@@ -272,6 +311,9 @@ func (c *Config) Validate() error {
 	}
 	if p := c.IMEX.Port; p < 0 || p > 65535 {
 		errs = append(errs, fmt.Errorf("imex.port: %d is not a TCP port", p))
+	}
+	if c.Services.MaxRestarts < 0 {
+		errs = append(errs, errors.New("services.maxRestarts must not be negative"))
 	}
 	if c.Spool.MaxRecords < 0 || c.Publish.Burst < 0 || c.Publish.QPS < 0 {
 		errs = append(errs, errors.New("spool.maxRecords, publish.qps and publish.burst must not be negative"))

@@ -18,7 +18,7 @@ func TestParseConfig(t *testing.T) {
 		check   func(g Gomega, c Config)
 	}{
 		{name: "an empty file gives the defaults", yaml: "", check: func(g Gomega, c Config) {
-			g.Expect(c.SourcesOrDefault()).To(Equal([]string{"nvml", "kmsg", "imex"}))
+			g.Expect(c.SourcesOrDefault()).To(Equal([]string{"nvml", "kmsg", "imex", "services"}))
 		}},
 		{name: "every section parses", yaml: `
 nodeName: gpu-1
@@ -111,14 +111,16 @@ func FuzzParseConfig(f *testing.F) {
 
 func TestBuildSourcesMakesEveryConfiguredSource(t *testing.T) {
 	g := NewWithT(t)
-	cfg := Config{Sources: []string{"kmsg", "nvml", "dcgm", "imex"}}
-	srcs, err := buildSources(t.Context(), cfg, sourceDeps{stateDir: t.TempDir()})
+	cfg := Config{Sources: []string{"kmsg", "nvml", "dcgm", "imex", "services"}}
+	srcs, b, err := buildSources(t.Context(), cfg, sourceDeps{stateDir: t.TempDir()})
 	g.Expect(err).NotTo(HaveOccurred())
 	var names []string
 	for _, s := range srcs {
 		names = append(names, s.Name())
 	}
-	g.Expect(names).To(Equal([]string{"kmsg", "nvml", "dcgm", "imex"}), "in the configured order")
+	g.Expect(names).To(Equal([]string{"kmsg", "nvml", "dcgm", "imex", "services"}), "in the configured order")
+	g.Expect(b.nvml).NotTo(BeNil(), "the inventory reads the nvml source")
+	g.Expect(b.services).NotTo(BeNil(), "and the services source")
 	for _, s := range srcs {
 		if s, ok := s.(*imex.Source); ok {
 			g.Expect(s.Pods).To(BeNil(), "no daemon pods are looked up without an apiserver")
@@ -128,7 +130,7 @@ func TestBuildSourcesMakesEveryConfiguredSource(t *testing.T) {
 	// With an apiserver and a node name the imex source watches the node's
 	// ComputeDomain daemon pods (nothing is contacted until it runs).
 	cfg = Config{NodeName: "gpu-a", Sources: []string{"imex"}, IMEX: IMEXConfig{DriverNamespace: "dra"}}
-	srcs, err = buildSources(t.Context(), cfg, sourceDeps{restConfig: &rest.Config{Host: "https://127.0.0.1:1"}})
+	srcs, _, err = buildSources(t.Context(), cfg, sourceDeps{restConfig: &rest.Config{Host: "https://127.0.0.1:1"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(srcs).To(HaveLen(1))
 	src, ok := srcs[0].(*imex.Source)
@@ -137,6 +139,6 @@ func TestBuildSourcesMakesEveryConfiguredSource(t *testing.T) {
 	g.Expect(src.Pods).To(BeAssignableToTypeOf(&imex.PodWatch{}))
 	g.Expect(src.Pods.(*imex.PodWatch).Namespace()).To(Equal("dra"))
 
-	_, err = buildSources(t.Context(), Config{Sources: []string{"gpu"}}, sourceDeps{})
+	_, _, err = buildSources(t.Context(), Config{Sources: []string{"gpu"}}, sourceDeps{})
 	g.Expect(err).To(MatchError(ContainSubstring(`source "gpu"`)))
 }

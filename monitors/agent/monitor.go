@@ -43,8 +43,10 @@ type Monitor struct {
 	agent    *Agent
 	pipeline *pipeline.Pipeline
 	cache    cache.Cache
-	log      logr.Logger
-	started  atomic.Bool
+	// inventory writes the node's NodeInventory; nil when off.
+	inventory *inventoryReporter
+	log       logr.Logger
+	started   atomic.Bool
 }
 
 // New assembles the agent from its configuration. It opens the spool (and
@@ -129,11 +131,14 @@ func New(ctx context.Context, cfg Config, restConfig *rest.Config, scheme *runti
 			return n.Labels, nil
 		}
 	}
-	srcs, err := buildSources(ctx, cfg, deps)
+	srcs, b, err := buildSources(ctx, cfg, deps)
 	if err != nil {
 		return nil, err
 	}
 	m.agent = &Agent{Sources: srcs, Report: p.Report, Log: log}
+	if !cfg.Inventory.Disabled && cfg.NodeName != "" {
+		m.inventory = newInventoryReporter(cfg, c, b, log.WithName("inventory"))
+	}
 	return m, nil
 }
 
@@ -141,7 +146,7 @@ func New(ctx context.Context, cfg Config, restConfig *rest.Config, scheme *runti
 func (m *Monitor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	running := 0
 	if m.cache != nil {
 		// The sources start without waiting for it: the apiserver may be
@@ -155,6 +160,10 @@ func (m *Monitor) Run(ctx context.Context) error {
 				m.log.Info("Node cache not synced after a minute; sources that read node labels retry")
 			}
 		}()
+	}
+	if m.inventory != nil {
+		running++
+		go func() { errs <- m.inventory.Run(ctx) }()
 	}
 	running += 2
 	go func() { errs <- m.pipeline.Run(ctx) }()

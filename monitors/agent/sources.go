@@ -15,6 +15,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/monitors/imex"
 	"github.com/gpuhealth/gpuhealth/monitors/kmsg"
 	"github.com/gpuhealth/gpuhealth/monitors/nvml"
+	"github.com/gpuhealth/gpuhealth/monitors/services"
 )
 
 // sourceDeps is what sources need beyond their configuration.
@@ -39,11 +40,28 @@ func needsNode(cfg Config) bool {
 	return slices.Contains(cfg.SourcesOrDefault(), "imex")
 }
 
+// built are the sources the inventory report reads, when configured.
+type built struct {
+	nvml     *nvml.Source
+	services *services.Source
+}
+
+// scanPCI scans the PCI bus under the configured sysfs.
+func scanPCI(cfg Config) func() (services.PCI, error) {
+	root := cfg.Inventory.SysRoot
+	if root == "" {
+		root = services.DefaultSysRoot
+	}
+	return func() (services.PCI, error) { return services.ScanPCI(root) }
+}
+
 // buildSources makes the configured sources, in the configured order.
-func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.Source, error) {
+func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.Source, built, error) {
 	var out []monitors.Source
 	var nv *nvml.Source
+	var b built
 	names := cfg.SourcesOrDefault()
+	pci := scanPCI(cfg)
 	if slices.Contains(names, "nvml") {
 		thresholds := map[nvml.Counter]float64{}
 		for k, v := range cfg.NVML.Thresholds {
@@ -56,8 +74,13 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 			Thresholds:   thresholds,
 			FabricGrace:  cfg.NVML.FabricGrace.Duration,
 			Performance:  cfg.NVML.Performance.Source(),
-			Log:          deps.log.WithName("nvml"),
+			PCIGPUs: func() ([]string, error) {
+				p, err := pci()
+				return p.GPUs, err
+			},
+			Log: deps.log.WithName("nvml"),
 		}
+		b.nvml = nv
 	}
 	// With both, one XID arrives twice; see xidDedup.
 	var dedup *xidDedup
@@ -106,7 +129,7 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 			if deps.restConfig != nil && cfg.NodeName != "" {
 				pods, err := imex.NewPodWatch(deps.restConfig, cfg.NodeName, cfg.IMEX.DriverNamespace)
 				if err != nil {
-					return nil, err
+					return nil, built{}, err
 				}
 				src.Pods = pods
 			}
@@ -116,14 +139,20 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 			if deps.restConfig != nil {
 				c, err := client.New(deps.restConfig, client.Options{})
 				if err != nil {
-					return nil, fmt.Errorf("the draDriver source's apiserver client: %w", err)
+					return nil, built{}, fmt.Errorf("the draDriver source's apiserver client: %w", err)
 				}
 				src.Reader = c
 			}
 			out = append(out, src)
+		case "services":
+			b.services = &services.Source{
+				ProcRoot: cfg.Services.ProcRoot, SysRoot: cfg.Inventory.SysRoot, Interval: cfg.Services.Interval.Duration,
+				Window: cfg.Services.Window.Duration, MaxRestarts: cfg.Services.MaxRestarts,
+			}
+			out = append(out, b.services)
 		default:
-			return nil, fmt.Errorf("source %q is not built into this agent", name)
+			return nil, built{}, fmt.Errorf("source %q is not built into this agent", name)
 		}
 	}
-	return out, nil
+	return out, b, nil
 }
