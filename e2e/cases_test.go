@@ -27,6 +27,7 @@ import (
 var cases = framework.Cases{
 	{Name: "NewNodeHeldOutUntilCertified", Run: testNewNodeHeldOutUntilCertified},
 	{Name: "GangDrainStopsTheJob", Run: testGangDrainStopsTheJob},
+	{Name: "StackDriftAndMissingGPU", Run: testStackDriftAndMissingGPU},
 	{Name: "DeviceQuarantineOneGPU", Run: testDeviceQuarantineOneGPU},
 	{Name: "CliqueCertificationGatesTheFabricTaint", Run: testCliqueCertificationGatesTheFabricTaint},
 	{Name: "ComputeDomains", Run: testComputeDomains},

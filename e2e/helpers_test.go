@@ -43,7 +43,12 @@ func quarantined(g Gomega, name string) bool { return framework.Quarantined(node
 
 // event reads the NodeHealthEvent the monitor on node makes for a finding.
 func event(node string, check gpuhealthv1alpha1.Check, component, code string) func(Gomega) *gpuhealthv1alpha1.NodeHealthEvent {
-	name := gpuhealthv1alpha1.EventName(node, gpuhealthv1alpha1.SourceNVML, check, component, code)
+	return eventOf(node, gpuhealthv1alpha1.SourceNVML, check, component, code)
+}
+
+// eventOf reads the NodeHealthEvent of a finding of source on node.
+func eventOf(node string, source gpuhealthv1alpha1.Source, check gpuhealthv1alpha1.Check, component, code string) func(Gomega) *gpuhealthv1alpha1.NodeHealthEvent {
+	name := gpuhealthv1alpha1.EventName(node, source, check, component, code)
 	return func(g Gomega) *gpuhealthv1alpha1.NodeHealthEvent {
 		var e gpuhealthv1alpha1.NodeHealthEvent
 		g.Expect(env.Cluster.Client.Get(ctx, client.ObjectKey{Name: name}, &e)).To(Succeed())

@@ -288,6 +288,10 @@ type MonitorOptions struct {
 	// KernelLog adds the kmsg source, reading a file in the node's folder
 	// that InjectKernelXIDs appends the driver's records to.
 	KernelLog bool
+	// PCIGPUs, when set, are the NVIDIA GPUs of a fake sysfs in the node's
+	// folder that the monitor reads the PCI bus from (else the machine's
+	// /sys, which has none).
+	PCIGPUs []string
 }
 
 // NewMonitor prepares the monitor for node: it finds the monitor
@@ -356,6 +360,13 @@ func NewMonitorWith(ctx context.Context, c *Cluster, b Binaries, dir, node, scen
 			return nil, err
 		}
 		config = fmt.Sprintf("sources: [nvml, kmsg]\nnvml: {pollInterval: 1s, window: 5s, performance: {window: 4s}}\nkmsg: {path: %s}\npublish: {window: 1s}\n", kmsg)
+	}
+	if len(o.PCIGPUs) > 0 {
+		sys := filepath.Join(nodeDir, "sys")
+		if err := FakeSysfs(sys, o.PCIGPUs); err != nil {
+			return nil, err
+		}
+		config += "inventory: {sysRoot: " + sys + "}\n"
 	}
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		return nil, err
@@ -455,4 +466,21 @@ func uptimeMicros() (int64, error) {
 		return 0, fmt.Errorf("parsing /proc/uptime: %w", err)
 	}
 	return int64(up * 1e6), nil
+}
+
+// FakeSysfs writes a sysfs tree under root whose PCI bus has an NVIDIA 3D
+// controller at each of gpus (0000:18:00.0, ...).
+func FakeSysfs(root string, gpus []string) error {
+	for _, bus := range gpus {
+		dir := filepath.Join(root, "bus", "pci", "devices", bus)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		for name, v := range map[string]string{"vendor": "0x10de\n", "class": "0x030200\n"} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
