@@ -289,3 +289,40 @@ func newEvent(node string) *gpuhealthv1alpha1.NodeHealthEvent {
 	}
 	return &gpuhealthv1alpha1.NodeHealthEvent{ObjectMeta: metav1.ObjectMeta{Name: spec.EventName()}, Spec: spec}
 }
+
+// TestOwnInventoryPolicy: each agent writes the NodeInventory of its own
+// node only, by name and by spec.nodeName; a token bound to no Pod writes
+// none; the admin writes any.
+func TestOwnInventoryPolicy(t *testing.T) {
+	awaitPolicy(t)
+	ctx := context.Background()
+	inv := func(name, node string) *gpuhealthv1alpha1.NodeInventory {
+		return &gpuhealthv1alpha1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: gpuhealthv1alpha1.NodeInventorySpec{NodeName: node, ObservedAt: metav1.Now()}}
+	}
+	g := NewWithT(t)
+	// The inventory policy loads beside the event policy; wait for it too.
+	g.Eventually(func(g Gomega) {
+		err := monitorA.client.Create(ctx, inv(nodeB, nodeB))
+		if err == nil {
+			g.Expect(admin.Delete(ctx, inv(nodeB, nodeB))).To(Succeed())
+		}
+		g.Expect(err).To(MatchError(ContainSubstring("may only write the NodeInventory of its own node, not node-b")))
+	}).WithTimeout(policyLoadTimeout).WithPolling(100 * time.Millisecond).Should(Succeed())
+
+	own := inv(nodeA, nodeA)
+	g.Expect(monitorA.client.Create(ctx, own)).To(Succeed(), "its own node's report")
+	t.Cleanup(func() { _ = admin.Delete(ctx, inv(nodeA, nodeA)) })
+	own.Spec.Driver.Version = "570.133.20"
+	g.Expect(monitorA.client.Update(ctx, own)).To(Succeed(), "and again")
+
+	err := monitorB.client.Update(ctx, own)
+	g.Expect(err).To(Satisfy(apierrors.IsForbidden))
+	g.Expect(err).To(MatchError(ContainSubstring("gpuhealth-monitor on node node-b may only write the NodeInventory of its own node, not node-a")))
+
+	err = monitorUnbound.client.Create(ctx, inv(nodeB, nodeB))
+	g.Expect(err).To(MatchError(ContainSubstring("this token names no node, so it may not write NodeInventories")))
+
+	g.Expect(adminIdentity.client.Create(ctx, inv(nodeB, nodeB))).To(Succeed(), "the admin writes any")
+	g.Expect(admin.Delete(ctx, inv(nodeB, nodeB))).To(Succeed())
+}

@@ -41,6 +41,11 @@ const (
 	// the DRA driver's ResourceSlices are read (from the apiserver, not a
 	// cache: the operator caches no slices).
 	DefaultResync = time.Minute
+	// DefaultStaleAfter is how old a NodeInventory may be and still count:
+	// six of the monitor's default report intervals. An older report is a
+	// monitor that stopped; its node neither drifts nor sets a pool's
+	// majority on what it said an hour ago.
+	DefaultStaleAfter = time.Hour
 	// minGap is the shortest time between two passes: 2,000 nodes'
 	// heartbeats and reports would otherwise each start one.
 	minGap = 2 * time.Second
@@ -75,6 +80,8 @@ type Reconciler struct {
 	Clock clock.PassiveClock
 	// Resync is DefaultResync when zero.
 	Resync time.Duration
+	// StaleAfter is DefaultStaleAfter when zero.
+	StaleAfter time.Duration
 
 	lastPass   time.Time
 	slices     map[string]int
@@ -104,6 +111,13 @@ func (r *Reconciler) resync() time.Duration {
 		return r.Resync
 	}
 	return DefaultResync
+}
+
+func (r *Reconciler) staleAfter() time.Duration {
+	if r.StaleAfter > 0 {
+		return r.StaleAfter
+	}
+	return DefaultStaleAfter
 }
 
 func (r *Reconciler) clock() clock.PassiveClock {
@@ -136,7 +150,7 @@ func (r *Reconciler) read(ctx context.Context, now time.Time) ([]nodeInput, []gp
 		inv := &invs.Items[i]
 		// Only the report about the node it is named after counts (the
 		// schema holds the two equal; this does not depend on it).
-		if inv.Spec.NodeName == inv.Name {
+		if inv.Spec.NodeName == inv.Name && now.Sub(inv.Spec.ObservedAt.Time) <= r.staleAfter() {
 			byNode[inv.Name] = inv
 		}
 	}

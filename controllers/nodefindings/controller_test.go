@@ -142,6 +142,14 @@ func TestADriftedNodeGetsAFinding(t *testing.T) {
 		g.Expect(findingOf(g, "drift-c", gpuhealthv1alpha1.SourceOperator, gpuhealthv1alpha1.CheckDrift, "driver").Status.Resolved).To(BeTrue())
 	}).WithTimeout(20 * time.Second).Should(Succeed())
 
+	// A report an hour old is a monitor that stopped: it no longer counts.
+	g.Expect(testEnv.Client.Get(ctx, client.ObjectKey{Name: "drift-c"}, inv)).To(Succeed())
+	inv.Spec.Driver.Version, inv.Spec.ObservedAt = "570.86.15", metav1.NewTime(time.Now().Add(-2*time.Hour))
+	g.Expect(testEnv.Client.Update(ctx, inv)).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(findingOf(g, "drift-c", gpuhealthv1alpha1.SourceOperator, gpuhealthv1alpha1.CheckDrift, "driver").Status.Resolved).To(BeTrue())
+	}).WithTimeout(4 * time.Second).Should(Succeed())
+
 	bad := &gpuhealthv1alpha1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: "drift-a-other"}, Spec: gpuhealthv1alpha1.NodeInventorySpec{NodeName: "drift-a", ObservedAt: metav1.Now()}}
 	err := testEnv.Client.Create(ctx, bad)
 	g.Expect(err).To(HaveOccurred(), "a report is named after its node")

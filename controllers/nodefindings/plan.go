@@ -80,11 +80,7 @@ type wanted struct {
 func plan(nodes []nodeInput) wanted {
 	w := wanted{open: map[string]finding{}, stack: map[string]map[gpuhealthv1alpha1.DriftProperty]string{}, pools: map[string]string{}}
 	add := func(f finding) { w.open[f.spec.EventName()] = f }
-	type member struct {
-		node  string
-		props map[gpuhealthv1alpha1.DriftProperty]string
-	}
-	pools := map[string][]member{}
+	pools := map[string][]PoolMember{}
 	poolSpec := map[string]*gpuhealthv1alpha1.DriftSpec{}
 	for _, in := range nodes {
 		if in.policy == nil {
@@ -102,10 +98,10 @@ func plan(nodes []nodeInput) wanted {
 		}
 		props := Properties(&in.inventory.Spec)
 		w.stack[in.node.Name] = props
-		pool := poolOf(in.policy, in.node)
+		pool := PoolOf(in.policy, in.node)
 		w.pools[in.node.Name] = pool
 		if d := spec.Drift; d != nil && ptr.Deref(d.Enabled, true) {
-			pools[pool] = append(pools[pool], member{node: in.node.Name, props: props})
+			pools[pool] = append(pools[pool], PoolMember{Node: in.node.Name, Properties: props})
 			poolSpec[pool] = d
 		}
 	}
@@ -116,39 +112,63 @@ func plan(nodes []nodeInput) wanted {
 	sort.Strings(names)
 	for _, pool := range names {
 		d := poolSpec[pool]
-		props := d.Properties
-		if len(props) == 0 {
-			props = gpuhealthv1alpha1.DriftProperties
-		}
-		minSize := int(d.MinPoolSize)
-		if minSize == 0 {
-			minSize = 3
-		}
-		for _, prop := range props {
-			counts := map[string]int{}
-			reporting := 0
-			for _, m := range pools[pool] {
-				if v, ok := m.props[prop]; ok {
-					counts[v]++
-					reporting++
-				}
-			}
-			majority, agree := majorityOf(counts)
-			if reporting < minSize || agree*2 <= reporting {
-				continue
-			}
-			for _, m := range pools[pool] {
-				v, ok := m.props[prop]
-				if !ok || v == majority {
-					continue
-				}
-				dr := Drift{Node: m.node, Pool: pool, Property: prop, Value: v, Majority: majority, Agree: agree, Reporting: reporting}
-				w.drifts = append(w.drifts, dr)
-				add(driftFinding(dr, d.Verdict))
-			}
+		for _, dr := range PoolDrift(pool, pools[pool], d) {
+			w.drifts = append(w.drifts, dr)
+			add(driftFinding(dr, d.Verdict))
 		}
 	}
 	return w
+}
+
+// PoolMember is one node of a pool and its stack's drift properties
+// (Properties of its NodeInventory).
+type PoolMember struct {
+	Node       string
+	Properties map[gpuhealthv1alpha1.DriftProperty]string
+}
+
+// PoolDrift compares the members of one pool as spec says (nil: the
+// defaults; its enabled and verdict are not read): per property (spec's,
+// default all), the value more than half of the members reporting it have
+// is the majority, and every member with another value drifts. A property
+// fewer than minPoolSize members report (default 3), or without such a
+// majority, has no drift. The drifts come by property, then in members'
+// order. Pure.
+func PoolDrift(pool string, members []PoolMember, spec *gpuhealthv1alpha1.DriftSpec) []Drift {
+	var props []gpuhealthv1alpha1.DriftProperty
+	minSize := 0
+	if spec != nil {
+		props, minSize = spec.Properties, int(spec.MinPoolSize)
+	}
+	if len(props) == 0 {
+		props = gpuhealthv1alpha1.DriftProperties
+	}
+	if minSize == 0 {
+		minSize = 3
+	}
+	var out []Drift
+	for _, prop := range props {
+		counts := map[string]int{}
+		reporting := 0
+		for _, m := range members {
+			if v, ok := m.Properties[prop]; ok {
+				counts[v]++
+				reporting++
+			}
+		}
+		majority, agree := majorityOf(counts)
+		if reporting < minSize || agree*2 <= reporting {
+			continue
+		}
+		for _, m := range members {
+			v, ok := m.Properties[prop]
+			if !ok || v == majority {
+				continue
+			}
+			out = append(out, Drift{Node: m.Node, Pool: pool, Property: prop, Value: v, Majority: majority, Agree: agree, Reporting: reporting})
+		}
+	}
+	return out
 }
 
 // majorityOf returns the most common value and its count; ties go to the
@@ -164,9 +184,9 @@ func majorityOf(counts map[string]int) (string, int) {
 	return best, n
 }
 
-// poolOf names the node's pool: the policy, and the node's values of the
+// PoolOf names the node's pool: the policy, and the node's values of the
 // pool label keys.
-func poolOf(p *gpuhealthv1alpha1.RemediationPolicy, n *corev1.Node) string {
+func PoolOf(p *gpuhealthv1alpha1.RemediationPolicy, n *corev1.Node) string {
 	keys := []string{ProductLabel}
 	if d := p.Spec.Drift; d != nil && len(d.PoolLabelKeys) > 0 {
 		keys = d.PoolLabelKeys

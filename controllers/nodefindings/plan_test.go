@@ -109,6 +109,49 @@ func TestPlanDrift(t *testing.T) {
 	}
 }
 
+func TestPoolDrift(t *testing.T) {
+	members := func(drivers ...string) []PoolMember {
+		var out []PoolMember
+		for i, d := range drivers {
+			props := map[gpuhealthv1alpha1.DriftProperty]string{"cudaDriver": "12.8"}
+			if d != "" {
+				props["driver"] = d
+			}
+			out = append(out, PoolMember{Node: string(rune('a' + i)), Properties: props})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		members []PoolMember
+		spec    *gpuhealthv1alpha1.DriftSpec
+		want    []Drift
+	}{{
+		name:    "without a spec every property is compared, among at least three nodes",
+		members: members("570.133.20", "570.86.15", "570.133.20"),
+		want:    []Drift{{Node: "b", Pool: "p", Property: "driver", Value: "570.86.15", Majority: "570.133.20", Agree: 2, Reporting: 3}},
+	}, {
+		name:    "a node that does not report the property is neither counted nor drifts",
+		members: members("570.133.20", "", "570.86.15", "570.133.20"),
+		want:    []Drift{{Node: "c", Pool: "p", Property: "driver", Value: "570.86.15", Majority: "570.133.20", Agree: 2, Reporting: 3}},
+	}, {
+		name:    "half is no majority",
+		members: members("570.133.20", "570.86.15", "570.133.20", "570.86.15"),
+	}, {
+		name:    "fewer reporting than minPoolSize",
+		members: members("570.133.20", "570.86.15", "570.133.20"),
+		spec:    &gpuhealthv1alpha1.DriftSpec{MinPoolSize: 4},
+	}, {
+		name:    "only the spec's properties are compared",
+		members: members("570.133.20", "570.86.15", "570.133.20"),
+		spec:    &gpuhealthv1alpha1.DriftSpec{Properties: []gpuhealthv1alpha1.DriftProperty{"cudaDriver"}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(PoolDrift("p", tc.members, tc.spec)).To(Equal(tc.want))
+		})
+	}
+}
+
 func TestProperties(t *testing.T) {
 	g := NewWithT(t)
 	inv := inventory("n", 2, "570.133.20", "96.00.74", func(s *gpuhealthv1alpha1.NodeInventorySpec) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -186,6 +187,15 @@ func (r *inventoryReporter) read(now time.Time) gpuhealthv1alpha1.NodeInventoryS
 	return spec
 }
 
+// owner is the reference to this node's Node, or nil when it cannot be read.
+func (r *inventoryReporter) owner(ctx context.Context) []metav1.OwnerReference {
+	var n corev1.Node
+	if err := r.client.Get(ctx, client.ObjectKey{Name: r.nodeName}, &n); err != nil {
+		return nil
+	}
+	return []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
+}
+
 // write creates or updates the node's NodeInventory.
 func (r *inventoryReporter) write(ctx context.Context, spec gpuhealthv1alpha1.NodeInventorySpec) error {
 	obj := &gpuhealthv1alpha1.NodeInventory{}
@@ -193,6 +203,11 @@ func (r *inventoryReporter) write(ctx context.Context, spec gpuhealthv1alpha1.No
 	switch {
 	case apierrors.IsNotFound(err):
 		obj = &gpuhealthv1alpha1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: r.nodeName}, Spec: spec}
+		// Owned by its Node, so that the garbage collector deletes the
+		// report of a node that left the cluster. Without the Node (the
+		// read failed) it is made anyway and the owner added by the next
+		// write.
+		obj.OwnerReferences = r.owner(ctx)
 		if err := r.client.Create(ctx, obj); err != nil {
 			return fmt.Errorf("creating NodeInventory %s: %w", r.nodeName, err)
 		}
@@ -201,6 +216,9 @@ func (r *inventoryReporter) write(ctx context.Context, spec gpuhealthv1alpha1.No
 		return fmt.Errorf("reading NodeInventory %s: %w", r.nodeName, err)
 	}
 	obj.Spec = spec
+	if len(obj.OwnerReferences) == 0 {
+		obj.OwnerReferences = r.owner(ctx)
+	}
 	if err := r.client.Update(ctx, obj); err != nil {
 		return fmt.Errorf("updating NodeInventory %s: %w", r.nodeName, err)
 	}
