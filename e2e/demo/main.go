@@ -110,7 +110,7 @@ func run(dir string) error {
 		return err
 	}
 	env, err := framework.Setup(ctx, framework.Options{
-		Prefix: clusterName, ExactName: true, Root: root, Dir: dir, Nodes: 4, PolicyPatch: demoPolicy,
+		Prefix: clusterName, ExactName: true, Root: root, Dir: dir, Nodes: 4, PolicyPatch: demoPolicy, Scenario: demoScenario,
 		Log: func(format string, args ...any) { say(format, args...) },
 	})
 	if err := savePids(dir, env); err != nil {
@@ -160,6 +160,9 @@ func run(dir string) error {
 	if err := oneGPU(ctx, env, w); err != nil {
 		return err
 	}
+	if err := drift(ctx, c); err != nil {
+		return err
+	}
 	fmt.Printf(`
 The cluster, the operator and the monitors keep running. Look around:
 
@@ -173,7 +176,8 @@ The cluster, the operator and the monitors keep running. Look around:
 
   export PATH=%s:$PATH
                                           # the kubectl plugin, kubectl-gpuhealth
-  kubectl gpuhealth status                # the fleet: phases, budgets, breakers, Failed nodes
+  kubectl gpuhealth status                # the fleet: phases, budgets, breakers, Failed nodes, drift
+  kubectl get nodeinventories             # each node's driver, VBIOS, modes (ninv)
   kubectl gpuhealth story %s   # the node's story in time order
   kubectl gpuhealth story %s   # one GPU out of service alone, and back
   kubectl get deviceTaintRules            # a GPU out alone has one while it is out
@@ -182,6 +186,36 @@ Inject another fault:  echo "xid device=0 code=48 at=@$(date +%%s)" >> %s
 Logs:                  %s/operator.log, %s/<node>/monitor.log
 Remove everything:     make demo-down
 `, env.Cluster.Kubeconfig, faultyNode, framework.Namespace, faultyNode, pluginDir(), faultyNode, draNode, env.Monitors["gpu-node-2"].Scenario, dir, dir)
+	return nil
+}
+
+// driftedNode runs another VBIOS than the demo's other nodes, as a node
+// flashed by hand and forgotten would.
+const driftedNode = "gpu-node-3"
+
+// demoScenario is framework.Scenario, with driftedNode's GPUs on another
+// VBIOS.
+func demoScenario(i int) string {
+	s := framework.Scenario(i)
+	if fmt.Sprintf("gpu-node-%d", i) == driftedNode {
+		s = strings.ReplaceAll(s, `name="NVIDIA H200"`, `name="NVIDIA H200" vbios=96.00.89.00.01`)
+	}
+	return s
+}
+
+// drift waits for the operator's Drift finding about driftedNode and says
+// what it found.
+func drift(ctx context.Context, c client.Client) error {
+	name := gpuhealthv1alpha1.EventName(driftedNode, gpuhealthv1alpha1.SourceOperator, gpuhealthv1alpha1.CheckDrift, "", string(gpuhealthv1alpha1.DriftVBIOS))
+	var ev gpuhealthv1alpha1.NodeHealthEvent
+	if err := framework.Poll(ctx, 2*time.Minute, func() (bool, string) {
+		err := c.Get(ctx, client.ObjectKey{Name: name}, &ev)
+		return err == nil, "waiting for the stack drift of " + driftedNode
+	}); err != nil {
+		return err
+	}
+	say("%s runs another VBIOS than its pool (observed, it stays in service): %s", driftedNode, ev.Spec.Message)
+	say("kubectl gpuhealth status shows drift per pool; kubectl get nodeinventories the stacks")
 	return nil
 }
 

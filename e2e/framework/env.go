@@ -50,6 +50,8 @@ type Options struct {
 	// file in the node's folder, see Monitor.InjectKernelXIDs) besides
 	// NVML.
 	KernelLog bool
+	// Scenario gives node i's fake NVML scenario; nil means Scenario.
+	Scenario func(i int) string
 	// PolicyPatch is a JSON merge patch applied to the chart's default
 	// RemediationPolicy (config/samples') (shorter durations for a quick run).
 	PolicyPatch string
@@ -174,7 +176,11 @@ func (e *Env) startMonitors(ctx context.Context, nodes []string) error {
 	)
 	for i, n := range nodes {
 		wg.Go(func() {
-			m, err := NewMonitorWith(ctx, e.Cluster, e.Bins, e.Dir, n, Scenario(i), MonitorOptions{KernelLog: e.KernelLog})
+			scenario := Scenario
+			if e.Options.Scenario != nil {
+				scenario = e.Options.Scenario
+			}
+			m, err := NewMonitorWith(ctx, e.Cluster, e.Bins, e.Dir, n, scenario(i), MonitorOptions{KernelLog: e.KernelLog})
 			if err == nil {
 				mu.Lock()
 				e.Monitors[n] = m
