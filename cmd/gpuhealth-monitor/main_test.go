@@ -19,7 +19,9 @@ import (
 
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -181,8 +183,9 @@ func newNode(t *testing.T, name, server string) *node {
 	n := &node{t: t, name: name, dir: nodeDir(t)}
 	n.scenario = filepath.Join(n.dir, "scenario.txt")
 	writeFile(t, n.scenario, fmt.Sprintf(`# two GPUs with four NVLinks each and a healthy fabric
-device index=0 uuid=%s pci=0000:3b:00.0 name="NVIDIA H200" links=4
-device index=1 uuid=%s pci=0000:5e:00.0 name="NVIDIA H200" links=4
+system driver=570.86.15 cuda=12040
+device index=0 uuid=%s pci=0000:3b:00.0 name="NVIDIA H200" links=4 vbios=96.00.74.00.01 mig=off power=700
+device index=1 uuid=%s pci=0000:5e:00.0 name="NVIDIA H200" links=4 vbios=96.00.61.00.01 mig=none power=600
 fabric device=0 state=completed health=healthy status=success clique=7
 fabric device=1 state=completed health=healthy status=success clique=7
 clocks device=0 reasons=gpu_idle
@@ -192,13 +195,24 @@ util device=1 gpu=0
 	// The kernel log is a regular file the test appends records to.
 	n.kmsg = filepath.Join(n.dir, "kmsg")
 	writeFile(t, n.kmsg, "")
+	// A PCI bus with a third NVIDIA GPU, one NVML does not list.
+	sys := filepath.Join(n.dir, "sys")
+	for _, bus := range []string{"0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0"} {
+		dev := filepath.Join(sys, "bus", "pci", "devices", bus)
+		if err := os.MkdirAll(dev, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dev, "vendor"), "0x10de\n")
+		writeFile(t, filepath.Join(dev, "class"), "0x030200\n")
+	}
 	n.config = filepath.Join(n.dir, "monitor.yaml")
 	writeFile(t, n.config, fmt.Sprintf(`
 sources: [nvml, kmsg]
 nvml: {pollInterval: 100ms, window: 1s, thresholds: {CRC_FLIT: 1000}, performance: {window: 1s}}
 kmsg: {path: %s}
 publish: {window: 200ms}
-`, n.kmsg))
+inventory: {sysRoot: %s, interval: 1s}
+`, n.kmsg, sys))
 	cfg, err := clientcmd.Load(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -366,6 +380,29 @@ func TestMonitorProcess(t *testing.T) {
 		g.Expect(e.Spec.Component).To(Equal(gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentGPU, ID: gpu0}))
 		g.Expect(e.Spec.Severity).To(Equal(gpuhealthv1alpha1.SeverityFatal))
 		g.Expect(e.Spec.RecommendedAction).To(Equal(gpuhealthv1alpha1.ActionRebootNode))
+	})
+
+	t.Run("the node's stack is reported, and the GPU NVML does not list is missing", func(t *testing.T) {
+		g := NewWithT(t)
+		t.Cleanup(func() {
+			_ = admin.Delete(context.Background(), &gpuhealthv1alpha1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: n.name}})
+		})
+		g.Eventually(func(g Gomega) {
+			var inv gpuhealthv1alpha1.NodeInventory
+			g.Expect(admin.Get(context.Background(), client.ObjectKey{Name: n.name}, &inv)).To(Succeed())
+			g.Expect(inv.Spec.Driver).To(Equal(gpuhealthv1alpha1.DriverInventory{Version: "570.86.15", CUDAVersion: "12.4", NVMLVersion: "12.570.133.20"}))
+			g.Expect(inv.Spec.GPUCount).To(Equal(ptr.To(int32(2))))
+			g.Expect(inv.Spec.GPUs).To(Equal([]gpuhealthv1alpha1.GPUInventory{
+				{Index: 0, UUID: gpu0, PCIBusID: "0000:3b:00.0", Product: "NVIDIA H200", VBIOS: "96.00.74.00.01", InfoROM: "G520.0200.00.05",
+					ECC: "Enabled", Persistence: "Enabled", MIG: "Disabled", PowerLimitWatts: 700},
+				{Index: 1, UUID: gpu1, PCIBusID: "0000:5e:00.0", Product: "NVIDIA H200", VBIOS: "96.00.61.00.01", InfoROM: "G520.0200.00.05",
+					ECC: "Enabled", Persistence: "Enabled", PowerLimitWatts: 600},
+			}), "MIG not supported on the second GPU: left empty")
+			g.Expect(inv.Spec.PCI).To(Equal(gpuhealthv1alpha1.PCIInventory{GPUs: 3, NotInNVML: []string{"0000:af:00.0"}}))
+		}).WithTimeout(20 * time.Second).Should(Succeed())
+		g.Eventually(n.eventFrom(gpuhealthv1alpha1.SourceNVML, gpuhealthv1alpha1.CheckGPUMissing, "", "PCI")).Should(WithTransform(
+			func(e *gpuhealthv1alpha1.NodeHealthEvent) string { return e.Spec.Message },
+			Equal("NVML lists 2 GPUs, the PCI bus has 3 NVIDIA GPUs; not in NVML: 0000:af:00.0")))
 	})
 
 	t.Run("an XID both NVML and the kernel log see is one finding; one only the kernel log sees is its own", func(t *testing.T) {
