@@ -59,6 +59,8 @@ func TestUserRolesGrantWhatTheyDocument(t *testing.T) {
 		{"a viewer lists NodeHealths", "gpuhealth-view", attrs{Group: group, Resource: "nodehealths", Verb: "list"}, true},
 		{"a viewer watches findings", "gpuhealth-view", attrs{Group: group, Resource: "nodehealthevents", Verb: "watch"}, true},
 		{"a viewer reads a policy", "gpuhealth-view", attrs{Group: group, Resource: "remediationpolicies", Verb: "get"}, true},
+		{"a viewer lists NodeInventories (kubectl gpuhealth status's drift)", "gpuhealth-view", attrs{Group: group, Resource: "nodeinventories", Verb: "list"}, true},
+		{"a viewer may not write a NodeInventory", "gpuhealth-view", attrs{Group: group, Resource: "nodeinventories", Verb: "update"}, false},
 		{"a viewer may not request anything", "gpuhealth-view", attrs{Group: group, Resource: "nodehealths", Verb: "patch"}, false},
 		{"a viewer may not change a policy", "gpuhealth-view", attrs{Group: group, Resource: "remediationpolicies", Verb: "patch"}, false},
 		{"a requester patches a NodeHealth's spec", "gpuhealth-request", attrs{Group: group, Resource: "nodehealths", Verb: "patch"}, true},

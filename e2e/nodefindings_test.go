@@ -46,6 +46,9 @@ func testStackDriftAndMissingGPU(t *testing.T) {
 		WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) string { return e.Spec.Message }, And(ContainSubstring(`"570.86.15"`), ContainSubstring(`"570.133.20"`))),
 		WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) gpuhealthv1alpha1.EventPhase { return e.Status.Phase }, Equal(gpuhealthv1alpha1.EventActive))))
 	g.Consistently(phase(drifted), 2*time.Second).Should(Equal(gpuhealthv1alpha1.PhaseHealthy), "drift is observed, not acted on")
+	g.Eventually(func() (string, error) { return scrape(env.Operator.Metrics) }).Should(ContainSubstring(
+		`gpuhealth_node_drift{majority="570.133.20",node="gpu-node-3",pool="default/",property="driver",value="570.86.15"} 1`),
+		"the alert's and the dashboard's series, while the node drifts")
 
 	var seven []string
 	for _, l := range strings.Split(framework.Scenario(4), "\n") {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -23,11 +24,13 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/nodefindings"
 	"github.com/gpuhealth/gpuhealth/internal/test/testenv"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
 )
@@ -144,6 +147,11 @@ func TestStatusJSON(t *testing.T) {
 	g.Expect(out).To(ContainSubstring(`"name": "gpu-3"`), "the oldest Failed node first")
 	g.Expect(out).NotTo(ContainSubstring(`"name": "gpu-2"`))
 	g.Expect(out).To(ContainSubstring(`"clique": "c1.0"`))
+	var st FleetStatus
+	g.Expect(json.Unmarshal([]byte(out), &st)).To(Succeed())
+	g.Expect(st.Drift).To(HaveLen(2))
+	g.Expect(st.Drift[0].Properties).To(Equal([]DriftedProperty{{Property: gpuhealthv1alpha1.DriftDriver, Majority: "570.133.20", Agree: 4, Reporting: 5,
+		Outliers: []DriftOutlier{{Node: "gpu-2", Value: "570.86.15"}}}}), "gpu-2's driver is not its pool's")
 }
 
 func TestStoryGolden(t *testing.T) {
@@ -368,13 +376,15 @@ func fakeOperator(t *testing.T, node string) func() {
 	return func() { cancel(); <-done }
 }
 
-// fleet creates the fixture: two policies, six nodes with their
-// NodeHealths in several phases, findings, a Job and an Event.
+// fleet creates the fixture: a policy, eight nodes in two pools with
+// their NodeInventories and their NodeHealths in several phases, findings,
+// a Job and an Event.
 func fleet(ctx context.Context, c client.Client) error {
 	mk := func(o client.Object) error { return c.Create(ctx, o) }
 	status := func(o client.Object) error { return c.Status().Update(ctx, o) }
 
-	def := &gpuhealthv1alpha1.RemediationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	def := &gpuhealthv1alpha1.RemediationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec: gpuhealthv1alpha1.RemediationPolicySpec{Drift: &gpuhealthv1alpha1.DriftSpec{}}}
 	if err := mk(def); err != nil {
 		return err
 	}
@@ -389,6 +399,14 @@ func fleet(ctx context.Context, c client.Client) error {
 		return err
 	}
 
+	// Two pools: six H100 nodes, of which gpu-2 runs an older driver and
+	// gpu-5's monitor has not reported, and two H200 nodes.
+	products := map[string]string{"gpu-6": "NVIDIA-H200", "gpu-7": "NVIDIA-H200"}
+	drivers := map[string]string{"gpu-0": "570.133.20", "gpu-1": "570.133.20", "gpu-2": "570.86.15", "gpu-3": "570.133.20",
+		"gpu-4": "570.133.20", "gpu-6": "570.133.20", "gpu-7": "570.133.20"}
+	for _, n := range []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5"} {
+		products[n] = "NVIDIA-H100-80GB-HBM3"
+	}
 	type fixture struct {
 		name, clique string
 		phase        gpuhealthv1alpha1.NodeHealthPhase
@@ -405,9 +423,12 @@ func fleet(ctx context.Context, c client.Client) error {
 		{"gpu-6", "", gpuhealthv1alpha1.PhaseQuarantined, "WaitingForBudget", "maxUnavailable 1 of 1 used", time.Minute},
 		{"gpu-7", "", gpuhealthv1alpha1.PhaseHealthy, "NoFindings", "", 30 * time.Hour},
 	} {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.name, Labels: map[string]string{"nvidia.com/gpu.present": "true"}}}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.name, Labels: map[string]string{"nvidia.com/gpu.present": "true", nodefindings.ProductLabel: products[f.name]}}}
 		if f.clique != "" {
 			n.Labels["nvidia.com/gpu.clique"] = f.clique
+		}
+		if err := inventory(ctx, c, f.name, products[f.name], drivers[f.name]); err != nil {
+			return err
 		}
 		if f.phase != gpuhealthv1alpha1.PhaseHealthy {
 			n.Spec.Unschedulable = true
@@ -509,6 +530,21 @@ func fleet(ctx context.Context, c client.Client) error {
 		FirstTimestamp: ago(5 * time.Minute), LastTimestamp: ago(5 * time.Minute),
 	}
 	return mk(e)
+}
+
+// inventory creates node's NodeInventory: eight GPUs of product (the
+// node's label) on driver; none when driver is empty.
+func inventory(ctx context.Context, c client.Client, node, product, driver string) error {
+	if driver == "" {
+		return nil
+	}
+	spec := gpuhealthv1alpha1.NodeInventorySpec{NodeName: node, ObservedAt: ago(time.Minute),
+		Driver: gpuhealthv1alpha1.DriverInventory{Version: driver, CUDAVersion: "12.8"}, GPUCount: ptr.To(int32(8))}
+	for i := range 8 {
+		spec.GPUs = append(spec.GPUs, gpuhealthv1alpha1.GPUInventory{Index: int32(i), Product: strings.ReplaceAll(product, "-", " "), VBIOS: "96.00.74.00.01", ECC: "Enabled", MIG: "Disabled"})
+	}
+	spec.PCI.GPUs = 8
+	return c.Create(ctx, &gpuhealthv1alpha1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: spec})
 }
 
 func TestCompletion(t *testing.T) {

@@ -40,6 +40,12 @@ type FleetStatus struct {
 	// Devices are the GPUs out of service alone (rules of scope Device),
 	// by node and device.
 	Devices []OutDevice `json:"devices"`
+	// Drift is each pool of managed nodes, by name, with the properties of
+	// its NVIDIA stack on which nodes differ from the pool's majority.
+	Drift []DriftPool `json:"drift"`
+	// DriftUnknown says why Drift is empty although nodes are managed:
+	// NodeInventories could not be read.
+	DriftUnknown string `json:"driftUnknown,omitempty"`
 }
 
 // OutDevice is one GPU out of service alone on a node in service.
@@ -87,7 +93,7 @@ func newStatusCommand(g *globals) *cobra.Command {
 	var out *outputFlag
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "The fleet at a glance: phases and budgets per policy, breakers, degraded cliques, Failed nodes",
+		Short: "The fleet at a glance: phases and budgets per policy, breakers, degraded cliques, stack drift, Failed nodes",
 		Example: `  kubectl gpuhealth status
   kubectl gpuhealth status -o wide --failed 20
   kubectl gpuhealth status -o json`,
@@ -97,7 +103,7 @@ func newStatusCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st, err := fleetStatus(cmd.Context(), c, failed)
+			st, err := fleetStatus(cmd.Context(), c, failed, g.now())
 			if err != nil {
 				return err
 			}
@@ -112,9 +118,10 @@ func newStatusCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
-// fleetStatus reads the policies, NodeHealths, open fabric findings and the
-// nodes' labels (metadata only) and sums them up.
-func fleetStatus(ctx context.Context, c client.Client, maxFailed int) (*FleetStatus, error) {
+// fleetStatus reads the policies, NodeHealths, open fabric findings, the
+// nodes' labels (metadata only) and their NodeInventories, and sums them
+// up as of now.
+func fleetStatus(ctx context.Context, c client.Client, maxFailed int, now time.Time) (*FleetStatus, error) {
 	var policies gpuhealthv1alpha1.RemediationPolicyList
 	if err := c.List(ctx, &policies); err != nil {
 		return nil, listError("remediationpolicies", err)
@@ -136,8 +143,15 @@ func fleetStatus(ctx context.Context, c client.Client, maxFailed int) (*FleetSta
 	for i := range nodes.Items {
 		labels[nodes.Items[i].Name] = nodes.Items[i].Labels
 	}
+	invs, driftUnknown, err := listInventories(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 
-	st := &FleetStatus{Policies: []PolicySummary{}, DegradedCliques: []DegradedClique{}, Failed: []FailedNode{}, Devices: []OutDevice{}}
+	st := &FleetStatus{Policies: []PolicySummary{}, DegradedCliques: []DegradedClique{}, Failed: []FailedNode{}, Devices: []OutDevice{}, Drift: []DriftPool{}}
+	if st.DriftUnknown = driftUnknown; driftUnknown == "" {
+		st.Drift = driftPools(policies.Items, nodes.Items, invs, now)
+	}
 	sort.Slice(policies.Items, func(i, j int) bool { return policies.Items[i].Name < policies.Items[j].Name })
 	for i := range policies.Items {
 		p := &policies.Items[i]
@@ -324,6 +338,13 @@ func printStatus(g *globals, st *FleetStatus, wide bool) error {
 			t.row(d.Node, d.Device, string(d.Phase), age(now, d.Since.Time), orNone(d.Class))
 		}
 		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+
+	if len(st.Policies) > 0 {
+		fmt.Fprintln(w)
+		if err := printDrift(w, st, wide); err != nil {
 			return err
 		}
 	}

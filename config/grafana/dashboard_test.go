@@ -118,7 +118,8 @@ func TestDashboardIsWellFormed(t *testing.T) {
 // monitors (gpu-1 with a throttled GPU, a busy GPU on a x8 gen 4 link, a
 // GPU 3 °C from slowdown and a pending row remap); gpu-2 failed with an XID
 // 79, stranding the other member of its ComputeDomain, after one repair a
-// minute recertified and one released.
+// minute recertified and one released; gpu-2 also runs an older driver
+// than its pool, which both replicas report during the hand-over.
 const series = `load 1m
 	gpuhealth_node_gpus{node="gpu-1",pod="op-a"} 8x60
 	gpuhealth_node_gpus{node="gpu-2",pod="op-a"} 8x60
@@ -136,6 +137,8 @@ const series = `load 1m
 	gpuhealth_nodehealth_phase{node="gpu-2",phase="Failed",pod="op-a"} 1x60
 	gpuhealth_nodehealth_phase{node="gpu-2",phase="Failed",pod="op-b"} 1x60
 	gpuhealth_nodehealth_transitions_total{from="Healthy",to="Quarantined",reason="Fault"} 0+1x60
+	gpuhealth_node_drift{node="gpu-2",pool="default/NVIDIA-H100",property="driver",value="570.86.15",majority="570.133.20",pod="op-a"} 1x60
+	gpuhealth_node_drift{node="gpu-2",pool="default/NVIDIA-H100",property="driver",value="570.86.15",majority="570.133.20",pod="op-b"} 1x60
 	gpuhealth_policy_circuit_breaker_open{policy="default"} 0x60
 	gpuhealth_policy_budget_limit_nodes{policy="default"} 1x60
 	gpuhealth_policy_budget_unavailable_nodes{policy="default"} 1x60
@@ -247,6 +250,27 @@ func TestGoodputCountsGPUs(t *testing.T) {
 	g.Expect(got).To(HaveKeyWithValue("GPUs out of service by cause/A", map[string]float64{`{cause="fault", check="XID", code="79"}`: 8}))
 	g.Expect(got).To(HaveKeyWithValue("Stranded GPUs/A", map[string]float64{"{}": 8}))
 	g.Expect(got).To(HaveKeyWithValue("Time to repair (7d)/A", map[string]float64{"{}": 300}), "the releases do not count")
+}
+
+// TestDriftTableNamesTheOutlier: one row per drifted property of a node,
+// with exactly the columns the table shows, however many replicas report
+// it.
+func TestDriftTableNamesTheOutlier(t *testing.T) {
+	g := NewWithT(t)
+	query := queryFixture(t)
+	for _, p := range load(t).Panels {
+		if p.Title != "Stack drift: outliers" {
+			continue
+		}
+		g.Expect(p.Type).To(Equal("table"))
+		v, err := query(context.Background(), promcheck.Expand(p.Targets[0].Expr), time.Unix(3600, 0))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(v).To(HaveLen(1))
+		g.Expect(v[0].Metric.Map()).To(Equal(map[string]string{
+			"node": "gpu-2", "pool": "default/NVIDIA-H100", "property": "driver", "value": "570.86.15", "majority": "570.133.20"}))
+		return
+	}
+	t.Fatal("no panel Stack drift: outliers")
 }
 
 // TestKustomizationShipsTheDashboard: `kubectl apply -k config/grafana`

@@ -226,6 +226,19 @@ var cases = map[string][]alertCase{
 			series: `gpuhealth_nodehealth_illegal_transitions_total{phase="Healthy",event="pass"} 1x40 2x20`},
 		{name: "none for an hour", at: 60 * time.Minute, series: `gpuhealth_nodehealth_illegal_transitions_total{phase="Healthy",event="pass"} 1x60`},
 	},
+	"GPUHealthNodeDrift": {
+		{name: "another driver for 35 minutes", at: 35 * time.Minute,
+			firing: []map[string]string{{"node": "gpu-3", "pool": "default/NVIDIA-H100", "property": "driver", "value": "570.86.15", "majority": "570.133.20"}},
+			series: `gpuhealth_node_drift{node="gpu-3",pool="default/NVIDIA-H100",property="driver",value="570.86.15",majority="570.133.20"} 1x40`},
+		{name: "for 20 minutes only", at: 20 * time.Minute,
+			series: `gpuhealth_node_drift{node="gpu-3",pool="default/NVIDIA-H100",property="driver",value="570.86.15",majority="570.133.20"} 1x40`},
+		{name: "brought in line after 20 minutes", at: 40 * time.Minute,
+			series: `gpuhealth_node_drift{node="gpu-3",pool="default/NVIDIA-H100",property="driver",value="570.86.15",majority="570.133.20"} 1x20 stale`},
+		{name: "a leader fail-over on the way does not restart the clock", at: 35 * time.Minute,
+			firing: []map[string]string{{"node": "gpu-3", "pool": "default/NVIDIA-H100", "property": "vbios", "value": "96.00.61", "majority": "96.00.74"}},
+			series: "gpuhealth_node_drift{node=\"gpu-3\",pool=\"default/NVIDIA-H100\",property=\"vbios\",value=\"96.00.61\",majority=\"96.00.74\",pod=\"a\"} 1x20 stale\n" +
+				"gpuhealth_node_drift{node=\"gpu-3\",pool=\"default/NVIDIA-H100\",property=\"vbios\",value=\"96.00.61\",majority=\"96.00.74\",pod=\"b\"} _x23 1x20"},
+	},
 	"GPUHealthGoodputLow": {
 		{name: "a quarter of the GPUs out for 40 minutes", at: 40 * time.Minute, firing: []map[string]string{{}},
 			series: fleet(4, 60) + `gpuhealth_node_gpus_out_of_service{node="gpu-1",phase="Failed",cause="fault",check="XID",code="79"} 8x60`},

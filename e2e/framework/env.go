@@ -177,8 +177,8 @@ func (e *Env) startMonitors(ctx context.Context, nodes []string) error {
 	for i, n := range nodes {
 		wg.Go(func() {
 			scenario := Scenario
-			if e.Options.Scenario != nil {
-				scenario = e.Options.Scenario
+			if e.Scenario != nil {
+				scenario = e.Scenario
 			}
 			m, err := NewMonitorWith(ctx, e.Cluster, e.Bins, e.Dir, n, scenario(i), MonitorOptions{KernelLog: e.KernelLog})
 			if err == nil {
