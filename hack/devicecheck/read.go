@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -198,7 +197,7 @@ func (c *checker) discover() []error {
 			pci, ret = h.GetPciInfo()
 			return ret
 		}) == gonvml.SUCCESS {
-			d.pciBus = normalizeBusID(cString(pci.BusId[:]))
+			d.pciBus = nvml.NormalizeBusID(nvml.BusID(pci.BusId))
 		}
 		for l := range gonvml.NVLINK_MAX_LINKS {
 			if c.times.call("nvmlDeviceGetNvLinkState", func() (ret gonvml.Return) {
@@ -433,7 +432,7 @@ func (c *checker) readLinkSpeeds(d *device, up []int, p *probe) map[int]uint64 {
 	for _, l := range up {
 		if !d.legacySpeed {
 			values = append(values, gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_GET_SPEED, ScopeId: uint32(l)})
-		} else if id, ok := legacySpeedField(l); ok {
+		} else if id, ok := nvml.LegacySpeedField(l); ok {
 			values = append(values, gonvml.FieldValue{FieldId: id, ScopeId: uint32(l)})
 		}
 	}
@@ -465,18 +464,6 @@ func (c *checker) readLinkSpeeds(d *device, up []int, p *probe) map[int]uint64 {
 		p.fail(name, "nvlink speed", c.lib.ErrorString(gonvml.ERROR_NOT_SUPPORTED))
 	}
 	return speeds
-}
-
-// legacySpeedField is the per-link speed field of drivers without the
-// scoped NVML_FI_DEV_NVLINK_GET_SPEED: links 0-5 and 6-11 only.
-func legacySpeedField(link int) (uint32, bool) {
-	switch {
-	case link < 6:
-		return gonvml.FI_DEV_NVLINK_SPEED_MBPS_L0 + uint32(link), true
-	case link < 12:
-		return gonvml.FI_DEV_NVLINK_SPEED_MBPS_L6 + uint32(link-6), true
-	}
-	return 0, false
 }
 
 // fieldUint decodes an unsigned field value (little-endian, as NVML's
@@ -697,27 +684,4 @@ func (c *checker) readUtilization(d *device, p *probe) any {
 		return utilizationValues{GPUPercent: u.Gpu, MemoryPercent: u.Memory}
 	}
 	return nil
-}
-
-// cString converts a NUL-terminated C char array to a string.
-func cString(raw []int8) string {
-	var b strings.Builder
-	for _, c := range raw {
-		if c == 0 {
-			break
-		}
-		b.WriteByte(byte(c))
-	}
-	return b.String()
-}
-
-// normalizeBusID lowercases a PCI bus id and reduces NVML's 8-digit domain
-// (00000000:3B:00.0) to the kernel's 4 digits (0000:3b:00.0), as the
-// agent's inventory reports it.
-func normalizeBusID(bus string) string {
-	b := strings.ToLower(strings.TrimSpace(bus))
-	if i := strings.IndexByte(b, ':'); i > 4 {
-		b = b[i-4:]
-	}
-	return b
 }

@@ -192,11 +192,11 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 		if device {
 			readDone <- readRecords(ctx, f, records)
 		} else {
-			readDone <- readLines(ctx, f, durationOr(s.PollInterval, DefaultPollInterval), records)
+			readDone <- readLines(ctx, f, monitors.PositiveOr(s.PollInterval, DefaultPollInterval), records)
 		}
 	}()
 
-	flushEvery := durationOr(s.FlushInterval, DefaultFlushInterval)
+	flushEvery := monitors.PositiveOr(s.FlushInterval, DefaultFlushInterval)
 	// Armed only while a cursor write waits for flushEvery to pass. Since
 	// Go 1.23 a stopped timer's channel never delivers a stale value.
 	flushTimer := time.NewTimer(time.Hour)
@@ -644,12 +644,4 @@ func valueOr(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// durationOr returns d, or def when d is not positive.
-func durationOr(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
 }

@@ -102,8 +102,8 @@ func missingFromNVML(pciGPUs []string, devices []*device) []string {
 	}
 	var out []string
 	for _, b := range pciGPUs {
-		if !seen[normalizeBusID(b)] {
-			out = append(out, normalizeBusID(b))
+		if !seen[NormalizeBusID(b)] {
+			out = append(out, NormalizeBusID(b))
 		}
 	}
 	sort.Strings(out)

@@ -211,9 +211,9 @@ func (s *Source) readTemperature(d *device, r *slowgpu.Reading) error {
 	return err
 }
 
-// legacySpeedField is the per-link speed field of drivers without the
+// LegacySpeedField is the per-link speed field of drivers without the
 // scoped NVML_FI_DEV_NVLINK_GET_SPEED: links 0-5 and 6-11 only.
-func legacySpeedField(link int) (uint32, bool) {
+func LegacySpeedField(link int) (uint32, bool) {
 	switch {
 	case link < 6:
 		return gonvml.FI_DEV_NVLINK_SPEED_MBPS_L0 + uint32(link), true
@@ -229,7 +229,7 @@ func (s *Source) readLinkSpeeds(d *device, up []int) (map[int]uint64, error) {
 	for _, l := range up {
 		if !d.perf.legacySpeed {
 			values = append(values, gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_GET_SPEED, ScopeId: uint32(l)})
-		} else if id, ok := legacySpeedField(l); ok {
+		} else if id, ok := LegacySpeedField(l); ok {
 			values = append(values, gonvml.FieldValue{FieldId: id, ScopeId: uint32(l)})
 		}
 	}

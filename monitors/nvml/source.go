@@ -161,7 +161,7 @@ func (s *Source) Name() string { return string(gpuhealthv1alpha1.SourceNVML) }
 // ResolvePCI maps a PCI bus id (as the kernel log writes it) to the UUID of
 // the GPU there, once the source has started.
 func (s *Source) ResolvePCI(bus string) (string, bool) {
-	want := normalizeBusID(bus)
+	want := NormalizeBusID(bus)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range s.devices {
@@ -172,9 +172,9 @@ func (s *Source) ResolvePCI(bus string) (string, bool) {
 	return "", false
 }
 
-// normalizeBusID lowercases a PCI bus id and reduces NVML's 8-digit domain
+// NormalizeBusID lowercases a PCI bus id and reduces NVML's 8-digit domain
 // (00000000:3B:00.0) to the kernel's 4 digits (0000:3b:00.0).
-func normalizeBusID(bus string) string {
+func NormalizeBusID(bus string) string {
 	b := strings.ToLower(strings.TrimSpace(bus))
 	if i := strings.IndexByte(b, ':'); i > 4 {
 		b = b[i-4:]
@@ -289,7 +289,7 @@ func (s *Source) discover(lib gonvml.Interface) ([]*device, error) {
 		}
 		d := &device{handle: h, uuid: uuid, index: i, rates: map[string]*monitors.Rate{}, fabric: true}
 		if pci, ret := h.GetPciInfo(); ret == gonvml.SUCCESS {
-			d.pciBus = normalizeBusID(busID(pci.BusId))
+			d.pciBus = NormalizeBusID(BusID(pci.BusId))
 		}
 		for l := range gonvml.NVLINK_MAX_LINKS {
 			if _, ret := h.GetNvLinkState(l); ret == gonvml.SUCCESS {
@@ -301,8 +301,8 @@ func (s *Source) discover(lib gonvml.Interface) ([]*device, error) {
 	return out, nil
 }
 
-// busID converts NVML's NUL-terminated bus id array to a string.
-func busID(raw [32]int8) string {
+// BusID converts NVML's NUL-terminated bus id array to a string.
+func BusID(raw [32]int8) string {
 	var b strings.Builder
 	for _, c := range raw {
 		if c == 0 {

@@ -245,6 +245,6 @@ func TestSourceRunsOnceTheDriverArrives(t *testing.T) {
 
 func TestNormalizeBusID(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(normalizeBusID("00000000:3B:00.0")).To(Equal("0000:3b:00.0"))
-	g.Expect(normalizeBusID("0000:3b:00.0")).To(Equal("0000:3b:00.0"))
+	g.Expect(NormalizeBusID("00000000:3B:00.0")).To(Equal("0000:3b:00.0"))
+	g.Expect(NormalizeBusID("0000:3b:00.0")).To(Equal("0000:3b:00.0"))
 }

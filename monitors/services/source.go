@@ -305,12 +305,12 @@ func (s *Source) newScanner(log logr.Logger) *scanner {
 		src:         s,
 		log:         log,
 		clock:       s.Clock,
-		procRoot:    stringOr(s.ProcRoot, DefaultProcRoot),
-		binRoot:     stringOr(s.BinRoot, DefaultBinRoot),
-		sysRoot:     stringOr(s.SysRoot, DefaultSysRoot),
-		imexConfig:  stringOr(s.IMEXNodesConfig, DefaultIMEXNodesConfig),
-		interval:    durationOr(s.Interval, DefaultInterval),
-		window:      durationOr(s.Window, DefaultWindow),
+		procRoot:    cmp.Or(s.ProcRoot, DefaultProcRoot),
+		binRoot:     cmp.Or(s.BinRoot, DefaultBinRoot),
+		sysRoot:     cmp.Or(s.SysRoot, DefaultSysRoot),
+		imexConfig:  cmp.Or(s.IMEXNodesConfig, DefaultIMEXNodesConfig),
+		interval:    monitors.PositiveOr(s.Interval, DefaultInterval),
+		window:      monitors.PositiveOr(s.Window, DefaultWindow),
 		grace:       s.Grace,
 		maxRestarts: s.MaxRestarts,
 		tracker:     monitors.Tracker{Repeat: s.Repeat},
@@ -481,20 +481,4 @@ func (sc *scanner) findings(svc service) (notRunning, restarting monitors.Findin
 func isFile(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && !fi.IsDir()
-}
-
-// stringOr returns s, or def when s is empty.
-func stringOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
-// durationOr returns d, or def when d is not positive.
-func durationOr(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
 }
