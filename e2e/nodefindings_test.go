@@ -25,33 +25,33 @@ func restartMonitor(t *testing.T, node, scenario string, pciGPUs []string) {
 	g.Expect(m.Start(ctx)).To(Succeed())
 }
 
-// testStackDriftAndMissingGPU: one node of the pool reports another driver
-// (its monitor's NVML says 570.86.15, the others 570.133.20): a Drift
+// testStackDriftAndMissingGPU: gpu-node-4 reports another driver (its
+// monitor's NVML says 570.86.15, the others 570.133.20): a Drift
 // finding names both, observed, the node stays in service; it goes when
-// the node runs the pool's driver again. Another node boots with seven of
+// the node runs the pool's driver again. gpu-node-3 boots with seven of
 // the eight GPUs its PCI bus has: NVML's list is short, GPUMissing (PCI)
 // is Fatal and the node is taken out; with all eight back it returns.
 func testStackDriftAndMissingGPU(t *testing.T) {
 	g := NewWithT(t)
-	const drifted, short = "gpu-node-3", "gpu-node-4"
+	const drifted, short = "gpu-node-4", "gpu-node-3"
 	patchPolicy(t, `{"spec":{"drift":{"verdict":"Observe"}}}`)
 	var bus []string
 	for d := range 8 {
 		bus = append(bus, "0000:"+hex2(0x18+d*0x10)+":00.0")
 	}
 
-	restartMonitor(t, drifted, "system driver=570.86.15\n"+framework.Scenario(3), nil)
+	restartMonitor(t, drifted, "system driver=570.86.15\n"+framework.Scenario(4), nil)
 	drift := eventOf(drifted, gpuhealthv1alpha1.SourceOperator, gpuhealthv1alpha1.CheckDrift, "", "driver")
 	g.Eventually(drift, time.Minute).Should(And(
 		WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) string { return e.Spec.Message }, And(ContainSubstring(`"570.86.15"`), ContainSubstring(`"570.133.20"`))),
 		WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) gpuhealthv1alpha1.EventPhase { return e.Status.Phase }, Equal(gpuhealthv1alpha1.EventActive))))
 	g.Consistently(phase(drifted), 2*time.Second).Should(Equal(gpuhealthv1alpha1.PhaseHealthy), "drift is observed, not acted on")
 	g.Eventually(func() (string, error) { return scrape(env.Operator.Metrics) }).Should(ContainSubstring(
-		`gpuhealth_node_drift{majority="570.133.20",node="gpu-node-3",pool="default/",property="driver",value="570.86.15"} 1`),
+		`gpuhealth_node_drift{majority="570.133.20",node="gpu-node-4",pool="default/",property="driver",value="570.86.15"} 1`),
 		"the alert's and the dashboard's series, while the node drifts")
 
 	var seven []string
-	for _, l := range strings.Split(framework.Scenario(4), "\n") {
+	for _, l := range strings.Split(framework.Scenario(3), "\n") {
 		if !strings.Contains(l, "index=7 ") && !strings.Contains(l, "device=7") {
 			seven = append(seven, l)
 		}
@@ -64,8 +64,8 @@ func testStackDriftAndMissingGPU(t *testing.T) {
 	g.Eventually(func(g Gomega) bool { return quarantined(g, short) }, time.Minute).Should(BeTrue())
 
 	// Both put right: the pool's driver, all eight GPUs.
-	restartMonitor(t, drifted, framework.Scenario(3), nil)
-	restartMonitor(t, short, framework.Scenario(4), bus)
+	restartMonitor(t, drifted, framework.Scenario(4), nil)
+	restartMonitor(t, short, framework.Scenario(3), bus)
 	g.Eventually(drift, time.Minute).Should(WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) bool { return e.Status.Resolved }, BeTrue()))
 	g.Eventually(missing, time.Minute).Should(WithTransform(func(e *gpuhealthv1alpha1.NodeHealthEvent) bool { return e.Status.Resolved }, BeTrue()))
 	g.Eventually(phase(short), 3*time.Minute).Should(Equal(gpuhealthv1alpha1.PhaseHealthy), "recertified and back")

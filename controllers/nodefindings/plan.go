@@ -14,6 +14,9 @@ import (
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 )
 
+// maxMessage is a finding's message's MaxLength.
+const maxMessage = 1024
+
 // Labels and resources read from Nodes.
 const (
 	// ProductLabel is GPU Feature Discovery's product label, the default
@@ -283,7 +286,7 @@ func conditionFindings(n *corev1.Node, rules []gpuhealthv1alpha1.NodeConditionRu
 			if r.Action != "" {
 				s.RecommendedAction = r.Action
 			}
-			s.Message = truncate(fmt.Sprintf("Node condition %s is %s: %s: %s", c.Type, c.Status, c.Reason, c.Message))
+			s.Message = gpuhealthv1alpha1.Truncate(fmt.Sprintf("Node condition %s is %s: %s: %s", c.Type, c.Status, c.Reason, c.Message), maxMessage)
 			out = append(out, finding{spec: s})
 		}
 	}
@@ -360,16 +363,8 @@ func countFindings(in nodeInput, gc *gpuhealthv1alpha1.GPUCountSpec) []finding {
 func driftFinding(d Drift, verdict gpuhealthv1alpha1.Verdict) finding {
 	s := nodeSpec(d.Node, gpuhealthv1alpha1.SourceOperator, gpuhealthv1alpha1.CheckDrift, string(d.Property))
 	s.Severity = severityFor(verdict)
-	s.Message = truncate(fmt.Sprintf("%s is %q; %d of the %d nodes of pool %s reporting it have %q", d.Property, d.Value, d.Agree, d.Reporting, d.Pool, d.Majority))
+	s.Message = gpuhealthv1alpha1.Truncate(fmt.Sprintf("%s is %q; %d of the %d nodes of pool %s reporting it have %q", d.Property, d.Value, d.Agree, d.Reporting, d.Pool, d.Majority), maxMessage)
 	return finding{spec: s}
-}
-
-// truncate keeps a message within the schema's 1024 characters.
-func truncate(s string) string {
-	if len(s) <= 1024 {
-		return s
-	}
-	return s[:1021] + "..."
 }
 
 // change is one write the pass makes.
