@@ -290,6 +290,15 @@ func TestMonitorHostMounts(t *testing.T) {
 	g.Expect(fmt.Sprint(c["volumeMounts"])).To(ContainSubstring("mountPath:/nvidia/lib"))
 	g.Expect(vols).To(ContainSubstring("path:/usr/lib/nvidia"))
 	g.Expect(fmt.Sprint(c["env"])).To(ContainSubstring("name:LD_LIBRARY_PATH value:/nvidia/lib"))
+	// The host's processes and package database, read-only, always; the
+	// host's IMEX configuration only when named.
+	c, vols = pod()
+	g.Expect(fmt.Sprint(c["volumeMounts"])).To(And(ContainSubstring("mountPath:/host/proc name:host-proc readOnly:true"),
+		ContainSubstring("mountPath:/host/var/lib/dpkg name:host-dpkg readOnly:true")))
+	g.Expect(vols).NotTo(ContainSubstring("host-imex-config"))
+	c, vols = pod("--set", "monitor.hostIMEXConfig=/etc/nvidia-imex")
+	g.Expect(fmt.Sprint(c["volumeMounts"])).To(ContainSubstring("mountPath:/host/etc/nvidia-imex name:host-imex-config readOnly:true"))
+	g.Expect(vols).To(ContainSubstring("path:/etc/nvidia-imex type:Directory"))
 }
 
 // TestChangedConfigurationRollsTheAgents: the DaemonSet's pod template

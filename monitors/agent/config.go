@@ -201,6 +201,10 @@ type ServicesConfig struct {
 	// MaxRestarts within Window from which a service is restarting over
 	// and over (default 3).
 	MaxRestarts int `json:"maxRestarts,omitempty"`
+	// IMEXNodesConfig is the host IMEX daemon's nodes_config.cfg as
+	// mounted (default /host/etc/nvidia-imex/nodes_config.cfg, the chart's
+	// monitor.hostIMEXConfig): where it exists, the daemon should run.
+	IMEXNodesConfig string `json:"imexNodesConfig,omitempty"`
 }
 
 // InventoryConfig configures the NodeInventory the agent writes about its

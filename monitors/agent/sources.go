@@ -147,7 +147,7 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 		case "services":
 			b.services = &services.Source{
 				ProcRoot: cfg.Services.ProcRoot, SysRoot: cfg.Inventory.SysRoot, Interval: cfg.Services.Interval.Duration,
-				Window: cfg.Services.Window.Duration, MaxRestarts: cfg.Services.MaxRestarts,
+				Window: cfg.Services.Window.Duration, MaxRestarts: cfg.Services.MaxRestarts, IMEXNodesConfig: cfg.Services.IMEXNodesConfig,
 			}
 			out = append(out, b.services)
 		default:

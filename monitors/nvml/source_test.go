@@ -248,3 +248,37 @@ func TestNormalizeBusID(t *testing.T) {
 	g.Expect(NormalizeBusID("00000000:3B:00.0")).To(Equal("0000:3b:00.0"))
 	g.Expect(NormalizeBusID("0000:3b:00.0")).To(Equal("0000:3b:00.0"))
 }
+
+// TestGPUsNVMLDoesNotListAreMissing: the PCI bus has three GPUs and NVML
+// lists two: one GPUMissing finding naming the third; with none listed at
+// all the finding comes before the source says it is unavailable; a bus
+// that agrees resolves it at the start (after the reboot that fixed it).
+func TestGPUsNVMLDoesNotListAreMissing(t *testing.T) {
+	g := NewWithT(t)
+	bus := []string{"0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0"}
+	pci := func(b []string) func() ([]string, error) { return func() ([]string, error) { return b, nil } }
+	missing := func(r *recorder) []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckGPUMissing, "", GPUMissingPCI) }
+
+	r, stop := run(t, twoGPUs, &Source{PCIGPUs: pci(bus)})
+	g.Eventually(func() []monitors.Finding { return missing(r) }, 5*time.Second).Should(HaveLen(1))
+	f := missing(r)[0]
+	g.Expect(f.Resolved).To(BeFalse())
+	g.Expect(f.Severity).To(Equal(gpuhealthv1alpha1.SeverityFatal))
+	g.Expect(f.Action).To(Equal(gpuhealthv1alpha1.ActionRebootNode))
+	g.Expect(f.Message).To(Equal("NVML lists 2 GPUs, the PCI bus has 3 NVIDIA GPUs; not in NVML: 0000:af:00.0"))
+	g.Expect(stop()).To(Succeed())
+
+	r, stop = run(t, twoGPUs, &Source{PCIGPUs: pci(bus[:2])})
+	g.Eventually(func() []monitors.Finding { return missing(r) }, 5*time.Second).Should(HaveLen(1))
+	g.Expect(missing(r)[0].Resolved).To(BeTrue(), "all listed: the finding an earlier run left is resolved")
+	g.Expect(stop()).To(Succeed())
+
+	none := &recorder{}
+	path := filepath.Join(t.TempDir(), "scenario.txt")
+	g.Expect(os.WriteFile(path, []byte("# the driver initialised no GPU\n"), 0o600)).To(Succeed())
+	t.Setenv(fakenvml.ScenarioEnv, path)
+	err := (&Source{LibraryPath: library, PCIGPUs: pci(bus), Log: logr.Discard()}).Run(context.Background(), none.report)
+	g.Expect(errors.Is(err, monitors.ErrUnavailable)).To(BeTrue(), "got %v", err)
+	g.Expect(missing(none)).To(HaveLen(1))
+	g.Expect(missing(none)[0].Message).To(ContainSubstring("NVML lists 0 GPUs, the PCI bus has 3"))
+}
