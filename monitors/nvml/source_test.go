@@ -257,7 +257,9 @@ func TestGPUsNVMLDoesNotListAreMissing(t *testing.T) {
 	g := NewWithT(t)
 	bus := []string{"0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0"}
 	pci := func(b []string) func() ([]string, error) { return func() ([]string, error) { return b, nil } }
-	missing := func(r *recorder) []monitors.Finding { return r.matching(gpuhealthv1alpha1.CheckGPUMissing, "", GPUMissingPCI) }
+	missing := func(r *recorder) []monitors.Finding {
+		return r.matching(gpuhealthv1alpha1.CheckGPUMissing, "", GPUMissingPCI)
+	}
 
 	r, stop := run(t, twoGPUs, &Source{PCIGPUs: pci(bus)})
 	g.Eventually(func() []monitors.Finding { return missing(r) }, 5*time.Second).Should(HaveLen(1))
