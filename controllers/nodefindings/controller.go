@@ -236,7 +236,14 @@ func (r *Reconciler) apply(ctx context.Context, c change) error {
 		}
 		ev = c.create
 	}
+	// A finding just created gets its first status whatever the node
+	// workflow wrote meanwhile (its judgement: other fields); one read
+	// earlier is patched only as read, so a stale read never counts an
+	// occurrence twice (a conflict waits for the next pass).
 	patch := client.MergeFromWithOptions(ev.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if c.create != nil {
+		patch = client.MergeFrom(ev.DeepCopy())
+	}
 	ev.Status.Count, ev.Status.FirstSeen, ev.Status.LastSeen = c.status.Count, c.status.FirstSeen, c.status.LastSeen
 	ev.Status.Resolved, ev.Status.ResolvedAt = c.status.Resolved, c.status.ResolvedAt
 	if err := r.Client.Status().Patch(ctx, ev, patch); err != nil {

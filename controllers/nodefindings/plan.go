@@ -417,10 +417,17 @@ func diff(w wanted, existing []gpuhealthv1alpha1.NodeHealthEvent, now metav1.Tim
 			out = append(out, change{create: obj, status: gpuhealthv1alpha1.NodeHealthEventStatus{Count: 1, FirstSeen: &now, LastSeen: &now}, opened: true})
 			continue
 		}
-		if ev.Status.Resolved || isSuperseded(ev) {
+		switch {
+		case ev.Status.Resolved || isSuperseded(ev):
 			// It holds again: one more occurrence, after the closure.
 			st := ev.Status
 			st.Resolved, st.ResolvedAt, st.Count, st.LastSeen = false, nil, st.Count+1, &now
+			out = append(out, change{patch: ev, status: st, opened: true})
+		case ev.Status.Count == 0:
+			// Created, but its first status write was lost (the operator
+			// stopped between the two): write it now.
+			st := ev.Status
+			st.Count, st.FirstSeen, st.LastSeen = 1, &now, &now
 			out = append(out, change{patch: ev, status: st, opened: true})
 		}
 	}

@@ -287,4 +287,8 @@ func TestDiff(t *testing.T) {
 	g.Expect(c[0].status.LastSeen).To(Equal(&later))
 
 	g.Expect(diff(wanted{}, monitors, later)).To(BeEmpty(), "a monitor's finding is never the operator's to resolve")
+
+	c = diff(want, existing(func(s *gpuhealthv1alpha1.NodeHealthEventStatus) { *s = gpuhealthv1alpha1.NodeHealthEventStatus{} }), later)
+	g.Expect(c).To(HaveLen(1), "created, its first status lost: written now")
+	g.Expect(c[0].status).To(Equal(gpuhealthv1alpha1.NodeHealthEventStatus{Count: 1, FirstSeen: &later, LastSeen: &later}))
 }
