@@ -1,6 +1,7 @@
 package nodefindings
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,19 +107,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	return reconcile.Result{RequeueAfter: r.resync()}, err
 }
 
-func (r *Reconciler) resync() time.Duration {
-	if r.Resync > 0 {
-		return r.Resync
-	}
-	return DefaultResync
-}
+func (r *Reconciler) resync() time.Duration { return cmp.Or(r.Resync, DefaultResync) }
 
-func (r *Reconciler) staleAfter() time.Duration {
-	if r.StaleAfter > 0 {
-		return r.StaleAfter
-	}
-	return DefaultStaleAfter
-}
+func (r *Reconciler) staleAfter() time.Duration { return cmp.Or(r.StaleAfter, DefaultStaleAfter) }
 
 func (r *Reconciler) clock() clock.PassiveClock {
 	if r.Clock == nil {
@@ -172,13 +163,8 @@ func (r *Reconciler) read(ctx context.Context, now time.Time) ([]nodeInput, []gp
 		}
 		out = append(out, in)
 	}
-	var ours []gpuhealthv1alpha1.NodeHealthEvent
-	for _, ev := range events.Items {
-		if isOurs(ev.Spec.Source) {
-			ours = append(ours, ev)
-		}
-	}
-	return out, ours, nil
+	// diff looks only at the findings of the operator's own sources.
+	return out, events.Items, nil
 }
 
 // readSlices counts each node's GPUs in the DRA driver's slices, at most
@@ -187,10 +173,7 @@ func (r *Reconciler) readSlices(ctx context.Context, now time.Time) {
 	if r.APIReader == nil || (!r.slicesRead.IsZero() && now.Sub(r.slicesRead) < r.resync()) {
 		return
 	}
-	driver := r.Driver
-	if driver == "" {
-		driver = devicetaint.DefaultDriver
-	}
+	driver := cmp.Or(r.Driver, devicetaint.DefaultDriver)
 	var list resourcev1.ResourceSliceList
 	if err := r.APIReader.List(ctx, &list, client.MatchingFields{"spec.driver": driver}); err != nil {
 		log.FromContext(ctx).Info("Cannot read the DRA driver's ResourceSlices; GPU counts keep the last read", "err", err.Error())
@@ -253,8 +236,6 @@ func (r *Reconciler) apply(ctx context.Context, c change) error {
 	return nil
 }
 
-func isOurs(s gpuhealthv1alpha1.Source) bool { return ours(s) }
-
 // SetupWithManager watches what a pass reads; every event maps to the one
 // pass.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -263,7 +244,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	oursOnly := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		ev, ok := o.(*gpuhealthv1alpha1.NodeHealthEvent)
-		return ok && isOurs(ev.Spec.Source)
+		return ok && ours(ev.Spec.Source)
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodefindings").

@@ -293,25 +293,37 @@ func conditionFindings(n *corev1.Node, rules []gpuhealthv1alpha1.NodeConditionRu
 	return out
 }
 
-// expectedGPUs is how many GPUs the node should have, and from where:
-// the policy's count for its product, else its monitor's PCI bus, else
-// its nvidia.com/gpu.count label; 0 when nothing says.
-func expectedGPUs(in nodeInput, gc *gpuhealthv1alpha1.GPUCountSpec) (int, string) {
-	if gc != nil {
-		product := in.node.Labels[ProductLabel]
-		for _, e := range gc.Expected {
-			if e.Product == product {
-				return int(e.Count), "the policy's count for " + product
-			}
+// expectedGPUs is how many GPUs the node should have, from where, and
+// whether the policy said it: the policy's count for its product, else its
+// monitor's PCI bus, else its nvidia.com/gpu.count label; 0 when nothing
+// says.
+func expectedGPUs(in nodeInput, gc *gpuhealthv1alpha1.GPUCountSpec) (n int, from string, policy bool) {
+	product := in.node.Labels[ProductLabel]
+	for _, e := range gc.Expected {
+		if e.Product == product {
+			return int(e.Count), "the policy's count for " + product, true
 		}
 	}
 	if in.inventory != nil && in.inventory.Spec.PCI.GPUs > 0 {
-		return int(in.inventory.Spec.PCI.GPUs), "the PCI bus"
+		return int(in.inventory.Spec.PCI.GPUs), "the PCI bus", false
 	}
 	if v, err := strconv.Atoi(in.node.Labels[CountLabel]); err == nil && v > 0 {
-		return v, "the " + CountLabel + " label"
+		return v, "the " + CountLabel + " label", false
 	}
-	return 0, ""
+	return 0, "", false
+}
+
+// migOn says whether the report has a GPU in MIG mode.
+func migOn(inv *gpuhealthv1alpha1.NodeInventory) bool {
+	if inv == nil {
+		return false
+	}
+	for _, g := range inv.Spec.GPUs {
+		if g.MIG == "Enabled" {
+			return true
+		}
+	}
+	return false
 }
 
 // countFindings compare the node's GPUs, as NVML and the scheduler see
@@ -320,14 +332,14 @@ func countFindings(in nodeInput, gc *gpuhealthv1alpha1.GPUCountSpec) []finding {
 	if gc == nil {
 		return nil
 	}
-	want, from := expectedGPUs(in, gc)
+	want, from, fromPolicy := expectedGPUs(in, gc)
 	if want == 0 {
 		return nil
 	}
 	var out []finding
 	// NVML's count against the policy's: the monitor compares it with the
 	// PCI bus itself (code PCI); a GPU gone from the bus too shows here.
-	if inv := in.inventory; inv != nil && inv.Spec.GPUCount != nil && strings.HasPrefix(from, "the policy") {
+	if inv := in.inventory; inv != nil && inv.Spec.GPUCount != nil && fromPolicy {
 		if have := int(*inv.Spec.GPUCount); have < want {
 			s := nodeSpec(in.node.Name, gpuhealthv1alpha1.SourceOperator, gpuhealthv1alpha1.CheckGPUMissing, CodeExpected)
 			s.Severity, s.RecommendedAction = gpuhealthv1alpha1.SeverityFatal, gpuhealthv1alpha1.ActionRebootNode
@@ -336,10 +348,9 @@ func countFindings(in nodeInput, gc *gpuhealthv1alpha1.GPUCountSpec) []finding {
 		}
 	}
 	verdict := gc.SchedulerVerdict
-	mig := in.inventory != nil && Properties(&in.inventory.Spec)[gpuhealthv1alpha1.DriftMIG] != "Disabled" && Properties(&in.inventory.Spec)[gpuhealthv1alpha1.DriftMIG] != ""
 	// Allocatable counts whole GPUs only without MIG (with it, the device
 	// plugin offers slices under other names or none at all).
-	if q, ok := in.node.Status.Capacity[GPUResource]; ok && !q.IsZero() && !mig {
+	if q, ok := in.node.Status.Capacity[GPUResource]; ok && !q.IsZero() && !migOn(in.inventory) {
 		alloc := in.node.Status.Allocatable[GPUResource]
 		if have := int(alloc.Value()); have < want {
 			s := nodeSpec(in.node.Name, gpuhealthv1alpha1.SourceOperator, gpuhealthv1alpha1.CheckGPUMissing, CodeAllocatable)
@@ -385,10 +396,9 @@ func ours(s gpuhealthv1alpha1.Source) bool {
 }
 
 // diff turns what should be open and what exists into writes. Pure.
-// existing are the NodeHealthEvents of the operator's sources; managed
-// says whether a node is one the pass judged (a finding of a node it did
-// not, such as one no policy manages now, is resolved only when the node
-// is gone).
+// existing are the NodeHealthEvents of the operator's sources; one that
+// is open and no longer wanted (its condition stopped, or no policy manages
+// its node now) is resolved.
 func diff(w wanted, existing []gpuhealthv1alpha1.NodeHealthEvent, now metav1.Time) []change {
 	have := map[string]*gpuhealthv1alpha1.NodeHealthEvent{}
 	var out []change

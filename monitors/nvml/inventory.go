@@ -22,8 +22,6 @@ const DefaultInventoryInterval = 5 * time.Minute
 type Inventory struct {
 	Driver gpuhealthv1alpha1.DriverInventory
 	GPUs   []gpuhealthv1alpha1.GPUInventory
-	// Read is when it was read.
-	Read time.Time
 }
 
 // Inventory returns the last inventory read, and false before the source
@@ -42,8 +40,8 @@ func (s *Source) Inventory() (Inventory, bool) {
 // readInventory reads the driver's and every GPU's versions and modes. A
 // value a GPU does not support (MIG on an A10, ECC on a consumer card) is
 // left empty; only a lost GPU is an error, and it is left out.
-func readInventory(lib gonvml.Interface, devices []*device, now time.Time) *Inventory {
-	inv := &Inventory{Read: now}
+func readInventory(lib gonvml.Interface, devices []*device) *Inventory {
+	inv := &Inventory{}
 	if v, ret := lib.SystemGetDriverVersion(); ret == gonvml.SUCCESS {
 		inv.Driver.Version = v
 	}

@@ -78,7 +78,7 @@ func (s *Source) takeInventory(lib gonvml.Interface, now time.Time, tracker *mon
 			live = append(live, d)
 		}
 	}
-	inv := readInventory(lib, live, now)
+	inv := readInventory(lib, live)
 	s.mu.Lock()
 	s.inventory = inv
 	s.mu.Unlock()
