@@ -1,7 +1,7 @@
 package v1alpha1
 
 // Source names the part of gpuhealth that produced a finding.
-// +kubebuilder:validation:Enum=nvml;dcgm;kmsg;imex;draDriver;services;nodeCondition;operator;recertification;manual
+// +kubebuilder:validation:Enum=nvml;dcgm;kmsg;imex;draDriver;services;ib;nodeCondition;operator;recertification;manual
 type Source string
 
 const (
@@ -21,6 +21,10 @@ const (
 	// host services (Fabric Manager, the persistence daemon, a host-managed
 	// IMEX daemon) run, read from the host's /proc.
 	SourceServices Source = "services"
+	// SourceIB is the monitor's ib source: the state, rate and error
+	// counters of the node's InfiniBand and RoCE ports, read from the
+	// kernel's RDMA sysfs tree.
+	SourceIB Source = "ib"
 	// SourceNodeCondition is a Node condition the policy lists (for example
 	// node-problem-detector's ReadonlyFilesystem), turned into a finding by
 	// the operator.
@@ -36,7 +40,7 @@ const (
 )
 
 // Check names what was checked: the kind of fault a finding is about.
-// +kubebuilder:validation:Enum=XID;SXID;GPULost;ECC;NVLinkErrors;NVLinkDown;Fabric;NVSwitch;IMEXDaemon;IMEXDomain;PCIe;InfoROM;Thermal;Power;Throttled;PCIeDegraded;MemoryRepair;ThermalMargin;NVLinkDegraded;Service;NodeCondition;GPUMissing;Drift;Recertification;Manual
+// +kubebuilder:validation:Enum=XID;SXID;GPULost;ECC;NVLinkErrors;NVLinkDown;Fabric;NVSwitch;IMEXDaemon;IMEXDomain;PCIe;InfoROM;Thermal;Power;Throttled;PCIeDegraded;MemoryRepair;ThermalMargin;NVLinkDegraded;Service;NIC;NodeCondition;GPUMissing;Drift;Recertification;Manual
 type Check string
 
 const (
@@ -90,6 +94,12 @@ const (
 	// restarting over and over; the code says which (NotRunning,
 	// Restarting). Fabric Manager on an NVSwitch system is CheckFabric.
 	CheckService Check = "Service"
+	// CheckNIC is a compute-fabric NIC (an InfiniBand HCA or a RoCE port)
+	// that is down, flapping, trained below its expected rate, counting
+	// link errors faster than their threshold or missing (source ib), or
+	// whose driver logged a fault (source kmsg: mlx5 health, command
+	// timeouts, firmware resets, module events); the code says which.
+	CheckNIC Check = "NIC"
 	// CheckNodeCondition is a Node condition the policy lists holding; the
 	// code is the condition type.
 	CheckNodeCondition Check = "NodeCondition"
@@ -109,7 +119,7 @@ const (
 )
 
 // ComponentKind names the kind of hardware or service a finding is about.
-// +kubebuilder:validation:Enum=GPU;NVLink;NVSwitch;IMEX;Service;Node
+// +kubebuilder:validation:Enum=GPU;NVLink;NVSwitch;IMEX;Service;NIC;Node
 type ComponentKind string
 
 const (
@@ -124,6 +134,10 @@ const (
 	// ComponentService is one of NVIDIA's host services; the component id
 	// is its name (nvidia-fabricmanager, nvidia-persistenced, nvidia-imex).
 	ComponentService ComponentKind = "Service"
+	// ComponentNIC is one network port or adapter of the compute fabric:
+	// the component id is "<RDMA device>/<port>" (mlx5_0/1) for a port,
+	// the RDMA device (mlx5_0) or its PCI address for an adapter.
+	ComponentNIC ComponentKind = "NIC"
 	// ComponentNode is the node as a whole.
 	ComponentNode ComponentKind = "Node"
 )

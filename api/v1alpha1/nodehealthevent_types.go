@@ -6,7 +6,7 @@ import (
 
 // Component identifies the piece of hardware or the service a finding is about.
 type Component struct {
-	// kind is the kind of component: GPU, NVLink, NVSwitch, IMEX, Service or Node.
+	// kind is the kind of component: GPU, NVLink, NVSwitch, IMEX, Service, NIC or Node.
 	// +required
 	Kind ComponentKind `json:"kind"`
 

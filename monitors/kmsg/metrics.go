@@ -14,12 +14,15 @@ const (
 	resultIgnored   = "ignored"
 	resultMalformed = "malformed"
 	resultUserspace = "userspace"
+	// resultManagement is an mlx5 line about a NIC NICResolver says is not
+	// the compute fabric: read, understood and deliberately not reported.
+	resultManagement = "management"
 )
 
 var (
 	lines = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpuhealth_monitor_kmsg_lines_total",
-		Help: "Number of kernel log records read, by result: finding, ignored (not ours, or already processed before a restart), malformed or userspace (written by a process, never a finding).",
+		Help: "Number of kernel log records read, by result: finding, ignored (not ours, or already processed before a restart), malformed, userspace (written by a process, never a finding) or management (an mlx5 line about a management NIC, not reported).",
 	}, []string{labelResult})
 
 	overruns = prometheus.NewCounter(prometheus.CounterOpts{

@@ -17,8 +17,9 @@ type Kind string
 
 const (
 	// KindNone is a record that is not ours: any kernel line other than an
-	// NVIDIA XID or an NVSwitch SXid headline, a dictionary continuation
-	// line, an empty line, or any record a process wrote (see Parse).
+	// NVIDIA XID, an NVSwitch SXid headline or an mlx5 line of the NIC
+	// table, a dictionary continuation line, an empty line, or any record a
+	// process wrote (see Parse).
 	KindNone Kind = ""
 	// KindXID is an NVIDIA driver XID line ("NVRM: Xid (PCI:…): 79, …").
 	KindXID Kind = "XID"
@@ -31,6 +32,11 @@ const (
 	// installed in this system has fallen off the bus and is not
 	// responding to commands.").
 	KindGPULost Kind = "GPULost"
+	// KindNIC is a fault the mlx5 driver logged about an NVIDIA/Mellanox
+	// ConnectX adapter, one of the lines of the NIC table (nic.go): for
+	// example "mlx5_core 0000:c1:00.0: poll_health:840:(pid 0): device's
+	// health compromised - reached miss count".
+	KindNIC Kind = "NIC"
 )
 
 // Limits on the numbers a well-formed line carries. The XID catalog ends in
@@ -63,9 +69,18 @@ type Entry struct {
 	// Kind is what the record is about; KindNone means "not ours" and leaves
 	// the fields below empty.
 	Kind Kind
-	// PCIBusID is the GPU's (XID) or NVSwitch's (SXid) PCI address in the
-	// canonical form NormalizePCIBusID returns, for example "0000:3b:00.0".
+	// PCIBusID is the GPU's (XID), NVSwitch's (SXid) or network adapter
+	// function's (NIC) PCI address in the canonical form NormalizePCIBusID
+	// returns, for example "0000:3b:00.0". A NIC line that names only an
+	// interface (the NETDEV WATCHDOG text before v6.8) leaves it empty.
 	PCIBusID string
+	// Netdev is the network interface a NIC line names ("ens1f0np0"): the
+	// interface of a netdev_err line, or the one the transmit watchdog
+	// names; empty when the line names none.
+	Netdev string
+	// NICCode is a NIC line's code: one of the NIC* constants, for example
+	// NICHealthCompromised. Empty for other kinds.
+	NICCode string
 	// Code is the XID or SXid number.
 	Code int
 	// GPUInstance and ComputeInstance are the MIG GPU instance ("GPU-I:01")
@@ -83,7 +98,10 @@ type Entry struct {
 	// Text is everything after the code (after the flag for an SXid), for
 	// example "pid=1234, name=python, GPU has fallen off the bus.", or the
 	// driver's whole message for KindGPULost. XID 154's recovery action and
-	// the NVLink5 registers are decoded from it.
+	// the NVLink5 registers are decoded from it. For a NIC line it is the
+	// driver's text after the device prefix and the function location
+	// ("device's health compromised - reached miss count"), or the whole
+	// message of the NETDEV WATCHDOG text.
 	Text string
 }
 
@@ -109,7 +127,10 @@ func empty(seq uint64, ts time.Duration) Entry {
 // "NVRM: The NVIDIA GPU …", and for an NVSwitch "nvidia-nvswitch3: SXid (…"
 // (the device name is optional here). A marker anywhere else in a message
 // is text some other kernel code quoted (a file name, a command line) and is
-// not ours.
+// not ours. The same holds for the mlx5 driver's lines ("mlx5_core
+// 0000:c1:00.0: …", or the transmit watchdog's "NETDEV WATCHDOG: eth1
+// (mlx5_core): …"): those of the NIC table (nic.go) are KindNIC, every
+// other mlx5 line is KindNone with a nil error, however it looks.
 //
 // A record whose message is neither an NVRM XID line, the driver's GPU-lost
 // text nor an NVSwitch SXid headline returns KindNone and a nil error. SXid
@@ -143,6 +164,9 @@ func Parse(record string) (Entry, error) {
 	}
 	if rest, ok := cutSXidHeadline(msg); ok {
 		return parseSXid(e, rest)
+	}
+	if nic, ok := parseNIC(e, msg); ok {
+		return nic, nil
 	}
 	return e, nil
 }

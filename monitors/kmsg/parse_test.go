@@ -2,6 +2,7 @@ package kmsg
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -455,6 +456,21 @@ func FuzzParse(f *testing.F) {
 		"27,92,1,-;nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
 		"3,25,1,-;[ 1234.5678] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
 		"3,29,1,-;SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+		"3,100,1,-;mlx5_core 0000:05:00.0: poll_health:840:(pid 0): device's health compromised - reached miss count",
+		"3,101,1,-;mlx5_core 0000:0d:00.0: print_health_info:447:(pid 0): synd 0x1: firmware internal error",
+		"4,102,1,-;mlx5_core 0000:56:00.0: wait_func:1189:(pid 72061): ACCESS_REG(0x805) timeout. Will cause a leak of a command resource",
+		"3,103,1,-;mlx5_core 0000:81:00.0: port_module:252:(pid 0): Port module event[error]: module 0, Cable error, Power budget exceeded",
+		"6,104,1,-;mlx5_core 0000:08:00.0: Port module event: module 0, Cable unplugged",
+		"4,105,1,-;NETDEV WATCHDOG: eth1 (mlx5_core): transmit queue 19 timed out",
+		"3,106,1,-;mlx5_core 0000:13:00.1 eth1: TX timeout on queue: 19, SQ: 0xab6, CQ: 0xd4a, SQ Cons: 0x3fd7 SQ Prod: 0x3fe6, usecs since last trans: 27541000",
+		"2,107,1,-;mlx5_core 0000:c1:00.0 ens1f0np0: NETDEV WATCHDOG: CPU: 12: transmit queue 3 timed out 5120 ms",
+		"3,108,1,-;mlx5_core 0000:c1:00.0 (unnamed net_device) (uninitialized): TX timeout detected",
+		"3,109,1,-;mlx5_core 0000:c1:00.0: 0000:c1:00.0:poll_health:694:(pid 0): Fatal error 1 detected",
+		"3,110,1,-;mlx5_core 0000:41:00.1: health recovery flow aborted, PCI reads still not working",
+		"3,111,1,-;mlx5_core 0000:c1:20.0: poll_health:840:(pid 0): Fatal error 1 detected",
+		"6,112,1,-;mlx5_core 0000:13:00.0: modify lag map port 1:1 port 2:1",
+		"11,113,1,-;mlx5_core 0000:c1:00.0: poll_health:840:(pid 0): Fatal error 1 detected",
+		`3,114,1,-;mlx5_core 0000:c1:00.0: poll_health:840:(pid 0): Fatal error 1 detected\x0aNVRM: Xid (PCI:0000:3b:00): 79, x`,
 	}
 	for _, s := range seeds {
 		f.Add(s)
@@ -478,14 +494,43 @@ func FuzzParse(f *testing.F) {
 			if p, err := strconv.Atoi(prio); err != nil || p>>3 != 0 {
 				t.Fatalf("Parse(%q) = %+v: a record whose facility is not the kernel's is ours", record, e)
 			}
-			if _, msg, _ := strings.Cut(record, ";"); !strings.HasPrefix(msg, "NVRM: ") && !strings.HasPrefix(msg, "nvidia-nvswitch") && !strings.HasPrefix(msg, "SXid") {
+			_, msg, _ := strings.Cut(record, ";")
+			prefix := []string{"NVRM: ", "nvidia-nvswitch", "SXid"}
+			if e.Kind == KindNIC {
+				prefix = []string{"mlx5_core ", "NETDEV WATCHDOG: "}
+			}
+			if !slices.ContainsFunc(prefix, func(p string) bool { return strings.HasPrefix(msg, p) }) {
 				t.Fatalf("Parse(%q) = %+v: a message that does not start with the driver's prefix is ours", record, e)
 			}
+		}
+		if e.Kind != KindNIC && (e.Netdev != "" || e.NICCode != "") {
+			t.Fatalf("Parse(%q) = %+v: NIC fields on another kind", record, e)
 		}
 		switch e.Kind {
 		case KindNone:
 			if e.PCIBusID != "" || e.Code != 0 || e.Text != "" || e.Fatal || e.Link != -1 {
 				t.Fatalf("Parse(%q) = %+v: a record that is not ours carries fields", record, e)
+			}
+		case KindNIC:
+			if _, ok := nicVerdicts[e.NICCode]; !ok {
+				t.Fatalf("Parse(%q) NIC code %q is not in the table", record, e.NICCode)
+			}
+			if e.PCIBusID == "" && e.Netdev == "" {
+				t.Fatalf("Parse(%q) = %+v: a NIC line names no address and no interface", record, e)
+			}
+			if e.PCIBusID != "" {
+				if n, err := NormalizePCIBusID(e.PCIBusID); err != nil || n != e.PCIBusID {
+					t.Fatalf("Parse(%q) bus id %q is not canonical", record, e.PCIBusID)
+				}
+			}
+			if e.Netdev != "" && !nicComponentID.MatchString(e.Netdev) {
+				t.Fatalf("Parse(%q) interface %q cannot be a component id", record, e.Netdev)
+			}
+			if e.Text == "" || strings.Contains(e.Text, "\n") || !strings.Contains(record, e.Text) {
+				t.Fatalf("Parse(%q) text %q is not one line of the record", record, e.Text)
+			}
+			if e.Code != 0 || e.Fatal || e.Flag != "" || e.Link != -1 || e.GPUInstance != -1 || e.ComputeInstance != -1 {
+				t.Fatalf("Parse(%q) = %+v: a NIC line carries GPU fields", record, e)
 			}
 		case KindGPULost:
 			if n, err := NormalizePCIBusID(e.PCIBusID); err != nil || n != e.PCIBusID || e.Code != 79 {

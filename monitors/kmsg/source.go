@@ -55,8 +55,9 @@ const (
 	queueSize = 1024
 )
 
-// Source reads NVIDIA XID and NVSwitch SXid lines from the kernel log and
-// reports each as a finding. It works when NVML itself is hung.
+// Source reads NVIDIA XID and NVSwitch SXid lines, and the mlx5 driver's
+// faults of ConnectX network adapters, from the kernel log and reports each
+// as a finding. It works when NVML itself is hung.
 //
 // Only the kernel's own records count (see Parse): a record a process wrote
 // to /dev/kmsg is counted (result "userspace") and never reported, so a
@@ -78,6 +79,15 @@ const (
 //     after that reset. A "Non-fatal" SXid is Severity Degraded with Action
 //     None: the hardware corrected or contained it; it is recorded so that
 //     a rate of them is visible.
+//   - NIC: Source kmsg, Check NIC, Component NIC, Code one of the NIC*
+//     codes, Severity and Action from the NIC table (nic.go), Message the
+//     driver's text and the reason. Which NIC a line is about decides
+//     whether it is reported and how hard (see NICResolver): a line about a
+//     management NIC is not reported at all, one about the compute fabric
+//     is named by its RDMA device and judged by the table, and one about a
+//     NIC nobody vouches for is named by its PCI address (its interface
+//     name when the line has no address) and never judged worse than
+//     Degraded, with Action None.
 //
 // Time: a finding's time is the record's kernel timestamp (time since boot)
 // plus the boot time, which Run computes once from UptimePath; when that
@@ -120,6 +130,24 @@ type Source struct {
 	// Resolver maps a GPU's canonical PCI bus id (see NormalizePCIBusID) to
 	// its UUID. Nil, or ok false, reports the GPU by its bus id.
 	Resolver func(pciBusID string) (uuid string, ok bool)
+	// NICResolver says which network adapter an mlx5 line is about. It gets
+	// the adapter function's canonical PCI bus id and the interface name the
+	// line names; either may be empty (a netdev_err line has both, a dev_err
+	// line only the address, the NETDEV WATCHDOG text before v6.8 only the
+	// interface). It returns the adapter's RDMA device name ("mlx5_0") and
+	// whether it is part of the compute fabric; ok false means it does not
+	// know the adapter. The agent wires the ib source's view (ib.Source's
+	// Resolve), which is the one place that decides which ports are the
+	// compute fabric.
+	//
+	// Nil, or ok false, reports the line with the adapter's PCI address (or
+	// interface name) as the component id and its severity capped at
+	// Degraded with Action None: without the ib source's view a management
+	// NIC cannot be told from the compute fabric, and a fault of a
+	// management NIC must never quarantine a node. ok true and compute
+	// false is a management NIC: the line is not reported. It must not
+	// block: Run calls it for each NIC line.
+	NICResolver func(pciBusID, netdev string) (device string, compute bool, ok bool)
 	// PollInterval is how often a regular file or FIFO at its end is checked
 	// for new data; zero means DefaultPollInterval.
 	PollInterval time.Duration
@@ -382,8 +410,13 @@ func (r *run) process(rec string) {
 	case e.Kind == KindNone:
 		lines.WithLabelValues(resultIgnored).Inc()
 	default:
+		f, ok := r.finding(e)
+		if !ok {
+			lines.WithLabelValues(resultManagement).Inc()
+			r.log.V(1).Info("Not reporting a kernel log line about a management NIC", "pciBusID", e.PCIBusID, "netdev", e.Netdev, "code", e.NICCode)
+			return
+		}
 		lines.WithLabelValues(resultFinding).Inc()
-		f := r.finding(e)
 		r.log.V(4).Info("Reporting kernel log finding", "finding", f.String())
 		r.report(f)
 		r.needFlush = true
@@ -449,9 +482,10 @@ func (r *run) saveCursor() {
 	}
 }
 
-// finding turns a parsed record into a finding.
-func (r *run) finding(e Entry) monitors.Finding {
-	f := monitors.Finding{
+// finding turns a parsed record into a finding; ok is false for a NIC line
+// about a management NIC, which is not reported.
+func (r *run) finding(e Entry) (f monitors.Finding, ok bool) {
+	f = monitors.Finding{
 		Source:  gpuhealthv1alpha1.SourceKmsg,
 		Code:    strconv.Itoa(e.Code),
 		Message: e.Text,
@@ -480,9 +514,49 @@ func (r *run) finding(e Entry) monitors.Finding {
 			flag = "no severity flag"
 		}
 		f.Message = fmt.Sprintf("%s (%s; %s)", e.Text, flag, why)
+	case KindNIC:
+		return r.nicFinding(f, e)
 	}
-	return f
+	return f, true
 }
+
+// nicFinding fills a NIC line's finding; see Source.NICResolver for who
+// the component is and how hard the line is judged.
+func (r *run) nicFinding(f monitors.Finding, e Entry) (monitors.Finding, bool) {
+	v := nicVerdicts[e.NICCode]
+	f.Check, f.Code = gpuhealthv1alpha1.CheckNIC, e.NICCode
+	f.Severity, f.Action = v.severity, v.action
+	id := e.PCIBusID
+	if id == "" {
+		id = e.Netdev
+	}
+	vouched := false
+	if r.src.NICResolver != nil {
+		device, compute, ok := r.src.NICResolver(e.PCIBusID, e.Netdev)
+		switch {
+		case ok && !compute:
+			return monitors.Finding{}, false
+		case ok:
+			vouched = true
+			if nicComponentID.MatchString(device) {
+				id = device
+			}
+		}
+	}
+	f.Component = gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentNIC, ID: id}
+	f.Message = fmt.Sprintf("%s (%s)", e.Text, v.why)
+	if !vouched && f.Severity == gpuhealthv1alpha1.SeverityFatal {
+		// Capped: nothing says this is the compute fabric, and a management
+		// NIC must never take the node out of service.
+		f.Severity, f.Action = gpuhealthv1alpha1.SeverityDegraded, gpuhealthv1alpha1.ActionNone
+		f.Message = fmt.Sprintf("%s (%s; judged Degraded: not known to be a compute-fabric NIC)", e.Text, v.why)
+	}
+	return f, true
+}
+
+// nicComponentID is the NodeHealthEvent schema's component id; a device
+// name the resolver returns that is not one is replaced by the address.
+var nicComponentID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
 
 // gpuID names a GPU by its UUID when Resolver knows its bus id.
 func (r *run) gpuID(bus string) string {
