@@ -129,7 +129,7 @@ FUZZ_TARGETS := api/xid:FuzzLookup monitors/kmsg:FuzzParse monitors/metrics:Fuzz
 	monitors/imex:FuzzParseDomainStatus monitors/fakenvml:FuzzParseScenario monitors/agent:FuzzParseConfig \
 	remediation/suite:FuzzParseNCCLTests remediation/suite:FuzzParseDCGMDiag remediation/handoff:FuzzRender \
 	monitors/dradriver:FuzzFinding monitors/services:FuzzParseDpkgStatus \
-	remediation/devicetaint:FuzzParseWouldEvict
+	remediation/devicetaint:FuzzParseWouldEvict remediation/suite:FuzzParseIBPerftest monitors/ib:FuzzParseRate
 FUZZTIME ?= 3s
 # make fuzz keeps one instrumented test binary per package here: a package
 # with two targets is linked once, and a later run relinks only what changed.

@@ -259,6 +259,10 @@ func TestMonitorConfigurationParses(t *testing.T) {
 			kmsg := p.name != "kmsg-off"
 			g.Expect(sc["privileged"]).To(Equal(kmsg), "privileged exactly when the kernel log is read")
 			g.Expect(slices.Contains(cfg.Sources, "kmsg")).To(Equal(kmsg))
+			if p.name != "everything" { // its values name the sources
+				g.Expect(cfg.Sources).To(ContainElements("services", "ib"), "the sources that read the host's mounts run by default")
+				g.Expect(cfg.IB.SysRoot).To(Equal("/host/sys"))
+			}
 			g.Expect(fmt.Sprint(containers[0].(map[string]any)["volumeMounts"])).To(map[bool]OmegaMatcher{true: ContainSubstring("/dev/kmsg"), false: Not(ContainSubstring("/dev/kmsg"))}[kmsg])
 		})
 	}
@@ -294,7 +298,9 @@ func TestMonitorHostMounts(t *testing.T) {
 	// host's IMEX configuration only when named.
 	c, vols = pod()
 	g.Expect(fmt.Sprint(c["volumeMounts"])).To(And(ContainSubstring("mountPath:/host/proc name:host-proc readOnly:true"),
-		ContainSubstring("mountPath:/host/var/lib/dpkg name:host-dpkg readOnly:true")))
+		ContainSubstring("mountPath:/host/var/lib/dpkg name:host-dpkg readOnly:true"),
+		ContainSubstring("mountPath:/host/sys name:host-sys readOnly:true")))
+	g.Expect(vols).To(ContainSubstring("hostPath:map[path:/sys type:Directory] name:host-sys"))
 	g.Expect(vols).NotTo(ContainSubstring("host-imex-config"))
 	c, vols = pod("--set", "monitor.hostIMEXConfig=/etc/nvidia-imex")
 	g.Expect(fmt.Sprint(c["volumeMounts"])).To(ContainSubstring("mountPath:/host/etc/nvidia-imex name:host-imex-config readOnly:true"))

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -19,9 +20,9 @@ import (
 type Config struct {
 	// NodeName is this node's name; normally --node-name from the downward API.
 	NodeName string `json:"nodeName,omitempty"`
-	// Sources lists the sources to run: nvml, dcgm, kmsg, imex, draDriver. Default:
-	// nvml, kmsg, imex and services (DCGM is opt-in: it needs a DCGM library or a
-	// reachable nv-hostengine).
+	// Sources lists the sources to run: nvml, dcgm, kmsg, imex, draDriver,
+	// services, ib. Default: nvml, kmsg, imex, services and ib (DCGM is
+	// opt-in: it needs a DCGM library or a reachable nv-hostengine).
 	Sources []string `json:"sources,omitempty"`
 	// NVML configures the nvml source.
 	NVML NVMLConfig `json:"nvml,omitempty"`
@@ -35,6 +36,8 @@ type Config struct {
 	DRADriver DRADriverConfig `json:"draDriver,omitempty"`
 	// Services configures the services source.
 	Services ServicesConfig `json:"services,omitempty"`
+	// IB configures the ib source.
+	IB IBConfig `json:"ib,omitempty"`
 	// Inventory configures the NodeInventory report.
 	Inventory InventoryConfig `json:"inventory,omitempty"`
 	// Spool configures the on-disk spool.
@@ -207,6 +210,47 @@ type ServicesConfig struct {
 	IMEXNodesConfig string `json:"imexNodesConfig,omitempty"`
 }
 
+// IBConfig configures the ib source, which reads the node's InfiniBand and
+// RoCE ports from the kernel's RDMA sysfs tree. Defaults and their reasons:
+// monitors/ib.
+type IBConfig struct {
+	// SysRoot is sysfs as mounted (default inventory.sysRoot, else /sys).
+	SysRoot string `json:"sysRoot,omitempty"`
+	// Interval between reads (default 1s).
+	Interval metav1.Duration `json:"interval,omitempty"`
+	// Devices are patterns (path.Match: mlx5_*, 0000:c1:00.*) of RDMA
+	// device names or PCI addresses whose ports are the compute fabric
+	// besides every InfiniBand port: name RoCE adapters here.
+	Devices []string `json:"devices,omitempty"`
+	// Exclude are patterns of devices never judged, even InfiniBand ones
+	// (a management adapter in InfiniBand mode).
+	Exclude []string `json:"exclude,omitempty"`
+	// ExpectedRateGbps is every compute port's rate (400 for NDR); unset,
+	// the fastest of the node's ports of the same adapter type.
+	ExpectedRateGbps float64 `json:"expectedRateGbps,omitempty"`
+	// ExpectedRates are compute ports' rates by adapter hca_type (MT4129:
+	// ConnectX-7); they win over expectedRateGbps.
+	ExpectedRates map[string]float64 `json:"expectedRates,omitempty"`
+	// ExpectedDevices is how many adapters with a compute port the node
+	// has; unset, not checked (the PCI bus is still compared).
+	ExpectedDevices int `json:"expectedDevices,omitempty"`
+	// DownGrace is how long a port is down before it is reported (10s).
+	DownGrace metav1.Duration `json:"downGrace,omitempty"`
+	// FlapWindow and MaxFlaps: MaxFlaps downs within FlapWindow is
+	// flapping (10m, 2).
+	FlapWindow metav1.Duration `json:"flapWindow,omitempty"`
+	MaxFlaps   int             `json:"maxFlaps,omitempty"`
+	// RateGrace is how long a port runs below its expected rate before it
+	// is reported (30s).
+	RateGrace metav1.Duration `json:"rateGrace,omitempty"`
+	// CounterWindow is the window of the error counters' rates (5m).
+	CounterWindow metav1.Duration `json:"counterWindow,omitempty"`
+	// Thresholds replace the default per-second thresholds of error
+	// counters by file name (symbol_error, link_error_recovery, …); 0
+	// turns a counter's judgement off.
+	Thresholds map[string]float64 `json:"thresholds,omitempty"`
+}
+
 // InventoryConfig configures the NodeInventory the agent writes about its
 // node: the NVIDIA stack (driver, VBIOS, modes), the PCI bus's GPUs and
 // NVIDIA's services, which the operator compares across a pool.
@@ -258,10 +302,10 @@ type DebounceConfig struct {
 }
 
 // Known source names.
-var knownSources = []string{"nvml", "dcgm", "kmsg", "imex", "draDriver", "services"}
+var knownSources = []string{"nvml", "dcgm", "kmsg", "imex", "draDriver", "services", "ib"}
 
 // DefaultSources are run when the configuration names none.
-var DefaultSources = []string{"nvml", "kmsg", "imex", "services"}
+var DefaultSources = []string{"nvml", "kmsg", "imex", "services", "ib"}
 
 // ParseConfig parses a configuration file strictly: an unknown field, a bad
 // duration or an unknown source is an error that names it.
@@ -305,6 +349,8 @@ func (c *Config) Validate() error {
 		"publish.window":          c.Publish.Window,
 		"services.interval":       c.Services.Interval, "services.window": c.Services.Window,
 		"inventory.interval": c.Inventory.Interval,
+		"ib.interval":        c.IB.Interval, "ib.downGrace": c.IB.DownGrace, "ib.flapWindow": c.IB.FlapWindow,
+		"ib.rateGrace": c.IB.RateGrace, "ib.counterWindow": c.IB.CounterWindow,
 	} {
 		if d.Duration < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", name))
@@ -319,6 +365,7 @@ func (c *Config) Validate() error {
 	if c.Services.MaxRestarts < 0 {
 		errs = append(errs, errors.New("services.maxRestarts must not be negative"))
 	}
+	errs = append(errs, c.IB.validate()...)
 	if c.Spool.MaxRecords < 0 || c.Publish.Burst < 0 || c.Publish.QPS < 0 {
 		errs = append(errs, errors.New("spool.maxRecords, publish.qps and publish.burst must not be negative"))
 	}
@@ -328,6 +375,32 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validate checks the ib source's patterns and numbers.
+func (c *IBConfig) validate() []error {
+	var errs []error
+	for field, patterns := range map[string][]string{"ib.devices": c.Devices, "ib.exclude": c.Exclude} {
+		for _, p := range patterns {
+			if _, err := path.Match(p, ""); err != nil || p == "" {
+				errs = append(errs, fmt.Errorf("%s: %q is not a pattern (path.Match syntax: mlx5_*, 0000:c1:00.?)", field, p))
+			}
+		}
+	}
+	if c.ExpectedRateGbps < 0 || c.ExpectedDevices < 0 || c.MaxFlaps < 0 {
+		errs = append(errs, errors.New("ib.expectedRateGbps, ib.expectedDevices and ib.maxFlaps must not be negative"))
+	}
+	for k, v := range c.ExpectedRates {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("ib.expectedRates[%s]: must be positive", k))
+		}
+	}
+	for k := range c.Thresholds {
+		if k == "" || strings.ContainsAny(k, "/.") {
+			errs = append(errs, fmt.Errorf("ib.thresholds: %q is not a counter file name", k))
+		}
+	}
+	return errs
 }
 
 // SourcesOrDefault returns the configured sources or DefaultSources.

@@ -18,8 +18,20 @@ func TestParseConfig(t *testing.T) {
 		check   func(g Gomega, c Config)
 	}{
 		{name: "an empty file gives the defaults", yaml: "", check: func(g Gomega, c Config) {
-			g.Expect(c.SourcesOrDefault()).To(Equal([]string{"nvml", "kmsg", "imex", "services"}))
+			g.Expect(c.SourcesOrDefault()).To(Equal([]string{"nvml", "kmsg", "imex", "services", "ib"}))
 		}},
+		{name: "the ib section parses", yaml: `
+ib: {interval: 2s, devices: ["mlx5_1*", "0000:c1:00.0"], exclude: [mlx5_9], expectedRateGbps: 400, expectedRates: {MT4129: 400},
+  expectedDevices: 8, downGrace: 5s, flapWindow: 5m, maxFlaps: 3, rateGrace: 1m, counterWindow: 10m, thresholds: {symbol_error: 1, port_xmit_discards: 0}}
+`, check: func(g Gomega, c Config) {
+			g.Expect(c.IB.Devices).To(Equal([]string{"mlx5_1*", "0000:c1:00.0"}))
+			g.Expect(c.IB.ExpectedRates).To(HaveKeyWithValue("MT4129", 400.0))
+			g.Expect(c.IB.Thresholds).To(HaveKeyWithValue("port_xmit_discards", 0.0))
+			g.Expect(c.IB.FlapWindow.Duration).To(Equal(5 * time.Minute))
+		}},
+		{name: "an ib pattern must be one", yaml: "ib: {devices: [\"mlx5_[\"]}", wantErr: `ib.devices: "mlx5_[" is not a pattern`},
+		{name: "an ib counter is a file name", yaml: "ib: {thresholds: {../state: 1}}", wantErr: `ib.thresholds: "../state" is not a counter file name`},
+		{name: "an expected rate is positive", yaml: "ib: {expectedRates: {MT4129: 0}}", wantErr: "ib.expectedRates[MT4129]: must be positive"},
 		{name: "every section parses", yaml: `
 nodeName: gpu-1
 sources: [nvml, dcgm]

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/gpuhealth/gpuhealth/monitors"
 	"github.com/gpuhealth/gpuhealth/monitors/dcgm"
 	"github.com/gpuhealth/gpuhealth/monitors/dradriver"
+	"github.com/gpuhealth/gpuhealth/monitors/ib"
 	"github.com/gpuhealth/gpuhealth/monitors/imex"
 	"github.com/gpuhealth/gpuhealth/monitors/kmsg"
 	"github.com/gpuhealth/gpuhealth/monitors/nvml"
@@ -44,6 +46,7 @@ func needsNode(cfg Config) bool {
 type built struct {
 	nvml     *nvml.Source
 	services *services.Source
+	ib       *ib.Source
 }
 
 // scanPCI scans the PCI bus under the configured sysfs.
@@ -82,6 +85,16 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 		}
 		b.nvml = nv
 	}
+	if slices.Contains(names, "ib") {
+		c := cfg.IB
+		b.ib = &ib.Source{
+			SysRoot: cmp.Or(c.SysRoot, cfg.Inventory.SysRoot), Interval: c.Interval.Duration,
+			Devices: c.Devices, Exclude: c.Exclude,
+			ExpectedRateGbps: c.ExpectedRateGbps, ExpectedRates: c.ExpectedRates, ExpectedDevices: c.ExpectedDevices,
+			DownGrace: c.DownGrace.Duration, FlapWindow: c.FlapWindow.Duration, MaxFlaps: c.MaxFlaps,
+			RateGrace: c.RateGrace.Duration, CounterWindow: c.CounterWindow.Duration, Thresholds: c.Thresholds,
+		}
+	}
 	// With both, one XID arrives twice; see xidDedup.
 	var dedup *xidDedup
 	if nv != nil && slices.Contains(names, "kmsg") {
@@ -99,6 +112,11 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 			k := &kmsg.Source{Path: cfg.Kmsg.Path, StateDir: deps.stateDir, Sync: deps.sync, Seal: deps.seal}
 			if nv != nil {
 				k.Resolver = nv.ResolvePCI
+			}
+			if b.ib != nil {
+				// The ib source knows which adapters are the compute
+				// fabric: an mlx5 line about another never quarantines.
+				k.NICResolver = b.ib.Resolve
 			}
 			if dedup != nil {
 				k.Reading = dedup.setKernelLog
@@ -144,6 +162,8 @@ func buildSources(_ context.Context, cfg Config, deps sourceDeps) ([]monitors.So
 				src.Reader = c
 			}
 			out = append(out, src)
+		case "ib":
+			out = append(out, b.ib)
 		case "services":
 			b.services = &services.Source{
 				ProcRoot: cfg.Services.ProcRoot, SysRoot: cfg.Inventory.SysRoot, Interval: cfg.Services.Interval.Duration,
