@@ -6,7 +6,7 @@ import (
 )
 
 // ParserType is how a suite step's output becomes a verdict.
-// +kubebuilder:validation:Enum=exit-code;dcgm-diag;nccl-tests
+// +kubebuilder:validation:Enum=exit-code;dcgm-diag;nccl-tests;ib-perftest
 type ParserType string
 
 const (
@@ -20,6 +20,11 @@ const (
 	// bus bandwidth at the largest size reaches the threshold for the node's
 	// GPU product.
 	ParserNCCLTests ParserType = "nccl-tests"
+	// ParserIBPerftest reads the report of perftest's bandwidth tools
+	// (ib_write_bw, ib_read_bw, ib_send_bw) and passes when the tool printed
+	// no error, the Job succeeded and the average bandwidth at the largest
+	// message size reaches the threshold for the node's HCA model.
+	ParserIBPerftest ParserType = "ib-perftest"
 )
 
 // ProductThreshold is the least bus bandwidth one GPU product must reach.
@@ -63,10 +68,63 @@ type NCCLThresholds struct {
 	DefaultMinBusBandwidthGBps *int32 `json:"defaultMinBusBandwidthGBps,omitempty"`
 }
 
+// HCAModelThreshold is the least bandwidth one HCA model must reach.
+type HCAModelThreshold struct {
+	// model is the HCA model as the node's model label has it, for example
+	// ConnectX-7. A label value, so at most 63 characters.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Model string `json:"model"`
+
+	// minBandwidthGbps is the least average bandwidth, in Gb/s (10^9 bits
+	// per second, the unit link speeds are quoted in: 400 for NDR, 200 for
+	// HDR), at the report's largest message size.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MinBandwidthGbps int32 `json:"minBandwidthGbps"`
+}
+
+// IBPerftestThresholds are the bandwidths an ib-perftest step must reach.
+// +kubebuilder:validation:XValidation:rule="!has(self.models) || size(self.models) == 0 || has(self.modelLabel)",message="modelLabel is required when models are listed"
+type IBPerftestThresholds struct {
+	// modelLabel is the node label naming the HCA model. There is no
+	// standard one: node-feature-discovery's PCI labels
+	// (feature.node.kubernetes.io/pci-<class>_<vendor>.present) name a
+	// device's class and vendor, not its model, and NVIDIA's GPU and
+	// network operators label no HCA model. An administrator sets it, by
+	// hand or with a NodeFeatureRule that matches the PCI device (vendor
+	// 15b3, device 1021 for a ConnectX-7). So it has no default and is
+	// required when models are listed; unset, with only
+	// defaultMinBandwidthGbps, every node gets the default.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	ModelLabel string `json:"modelLabel,omitempty"`
+
+	// models are the thresholds per HCA model.
+	// +optional
+	// +listType=map
+	// +listMapKey=model
+	// +kubebuilder:validation:MaxItems=64
+	Models []HCAModelThreshold `json:"models,omitempty"`
+
+	// defaultMinBandwidthGbps, in Gb/s, applies to models not listed and to
+	// nodes without the model label. Unset: such a node fails the step,
+	// saying so.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	DefaultMinBandwidthGbps *int32 `json:"defaultMinBandwidthGbps,omitempty"`
+}
+
 // ResultParser says how a step's output becomes a verdict.
 // +kubebuilder:validation:XValidation:rule="self.type == 'nccl-tests' || !has(self.nccl)",message="nccl thresholds apply only to the nccl-tests parser"
+// +kubebuilder:validation:XValidation:rule="self.type == 'ib-perftest' || !has(self.ibPerftest)",message="ibPerftest thresholds apply only to the ib-perftest parser"
 type ResultParser struct {
-	// type is exit-code, dcgm-diag or nccl-tests. Default exit-code.
+	// type is exit-code, dcgm-diag, nccl-tests or ib-perftest. Default
+	// exit-code.
 	// +optional
 	// +kubebuilder:default=exit-code
 	Type ParserType `json:"type,omitempty"`
@@ -74,6 +132,10 @@ type ResultParser struct {
 	// nccl are the nccl-tests parser's thresholds.
 	// +optional
 	NCCL *NCCLThresholds `json:"nccl,omitempty"`
+
+	// ibPerftest are the ib-perftest parser's thresholds.
+	// +optional
+	IBPerftest *IBPerftestThresholds `json:"ibPerftest,omitempty"`
 }
 
 // SuiteStep is one step of a certification or recertification suite: a Job

@@ -42,15 +42,18 @@ func judge(p gpuhealthv1alpha1.ResultParser, jobSucceeded bool, jobMessage strin
 			return Verdict{Passed: true, Message: "exited 0"}
 		}
 		return Verdict{Message: jobMessage}
-	case gpuhealthv1alpha1.ParserDCGMDiag, gpuhealthv1alpha1.ParserNCCLTests:
+	case gpuhealthv1alpha1.ParserDCGMDiag, gpuhealthv1alpha1.ParserNCCLTests, gpuhealthv1alpha1.ParserIBPerftest:
 	default:
 		return Verdict{Message: fmt.Sprintf("unknown parser %q", p.Type)}
 	}
 	if outputErr != nil {
 		return Verdict{Message: fmt.Sprintf("%s; %v", jobMessage, outputErr)}
 	}
-	if p.Type == gpuhealthv1alpha1.ParserDCGMDiag {
+	switch p.Type {
+	case gpuhealthv1alpha1.ParserDCGMDiag:
 		return judgeDCGM(output, jobSucceeded, jobMessage)
+	case gpuhealthv1alpha1.ParserIBPerftest:
+		return judgeIBPerftest(output, jobSucceeded, jobMessage, p.IBPerftest, labels)
 	}
 	return judgeNCCL(output, jobSucceeded, jobMessage, p.NCCL, labels)
 }
@@ -137,6 +140,79 @@ func threshold(th *gpuhealthv1alpha1.NCCLThresholds, labels map[string]string) (
 		return *th.DefaultMinBusBandwidthGBps, product, true
 	}
 	return 0, product, false
+}
+
+// judgeIBPerftest passes a perftest report in which perftest printed no
+// error, from a Job that succeeded, whose average bandwidth at its largest
+// message size reaches the node's HCA model's threshold. Several rows at
+// that size (a loopback pair's server and client, one run per HCA) are
+// judged by the lowest.
+func judgeIBPerftest(output []byte, jobSucceeded bool, jobMessage string, th *gpuhealthv1alpha1.IBPerftestThresholds, labels map[string]string) Verdict {
+	r, err := ParseIBPerftest(output)
+	if err != nil {
+		return Verdict{Message: fmt.Sprintf("%s; %v", jobMessage, err)}
+	}
+	worst, n := r.Largest()
+	v := Verdict{Measurements: []gpuhealthv1alpha1.Measurement{
+		{Name: "bandwidth", Value: decimal(worst.AvgGbps), Unit: "Gb/s"},
+		{Name: "peakBandwidth", Value: decimal(worst.PeakGbps), Unit: "Gb/s"},
+		{Name: "largestSize", Value: strconv.FormatInt(worst.Bytes, 10), Unit: "B"},
+	}}
+	least, model, ok := ibThreshold(th, labels)
+	if ok {
+		v.Measurements = append(v.Measurements, gpuhealthv1alpha1.Measurement{Name: "minBandwidth", Value: strconv.Itoa(int(least)), Unit: "Gb/s"})
+	}
+	measured := fmt.Sprintf("bandwidth %s Gb/s at %d B", decimal(worst.AvgGbps), worst.Bytes)
+	if worst.Device != "" {
+		measured += " on " + worst.Device
+	}
+	if n > 1 {
+		measured += fmt.Sprintf(" (the lowest of %d results at that size)", n)
+	}
+	switch {
+	case r.ErrorCount > 0:
+		shown := r.Errors[:min(2, len(r.Errors))]
+		v.Message = fmt.Sprintf("perftest reported an error: %s (largest result: %s)", gpuhealthv1alpha1.JoinMore(shown, r.ErrorCount-len(shown), "; "), measured)
+	case !jobSucceeded:
+		v.Message = fmt.Sprintf("the test did not succeed (%s)", jobMessage)
+	case !ok:
+		v.Message = fmt.Sprintf("%s, but no threshold for HCA model %q (set parser.ibPerftest.models or defaultMinBandwidthGbps)", measured, model)
+	case worst.AvgGbps < float64(least):
+		v.Message = fmt.Sprintf("%s is below the %d Gb/s threshold for %s", measured, least, hcaModelName(model))
+	default:
+		v.Passed = true
+		v.Message = fmt.Sprintf("%s reaches the %d Gb/s threshold for %s", measured, least, hcaModelName(model))
+	}
+	return v
+}
+
+// ibThreshold is the least bandwidth for the node's HCA model. Without a
+// model label (there is no standard one) every node is unlabelled and gets
+// the default.
+func ibThreshold(th *gpuhealthv1alpha1.IBPerftestThresholds, labels map[string]string) (int32, string, bool) {
+	if th == nil {
+		return 0, "", false
+	}
+	model := ""
+	if th.ModelLabel != "" {
+		model = labels[th.ModelLabel]
+	}
+	for _, m := range th.Models {
+		if m.Model == model && model != "" {
+			return m.MinBandwidthGbps, model, true
+		}
+	}
+	if th.DefaultMinBandwidthGbps != nil {
+		return *th.DefaultMinBandwidthGbps, model, true
+	}
+	return 0, model, false
+}
+
+func hcaModelName(m string) string {
+	if m == "" {
+		return "an unlabelled HCA model"
+	}
+	return m
 }
 
 func productName(p string) string {
