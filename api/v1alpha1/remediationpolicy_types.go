@@ -440,7 +440,7 @@ type JobTemplate struct {
 type RecertificationSpec struct {
 	// steps are the recertification suite, run in order after the reset or
 	// reboot step; the first failure fails the attempt. Each step's output
-	// is judged by its parser (exit-code, dcgm-diag or nccl-tests).
+	// is judged by its parser (exit-code, dcgm-diag, nccl-tests or ib-perftest).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -755,6 +755,65 @@ type CircuitBreakerSpec struct {
 	CoolDown *Duration `json:"coolDown,omitempty"`
 }
 
+// NetworkSpec is how NIC findings (check NIC: a compute port down,
+// flapping, slow or erring, an adapter gone) across many nodes are told
+// apart from one node's fault.
+type NetworkSpec struct {
+	// topologyLabels are node labels that name the switch (or block of
+	// switches) a node hangs off, most specific first, for example a leaf
+	// label your provisioning sets or Kueue TAS's block label. A node is
+	// grouped by the first of them it carries; nodes with none form one
+	// group per policy.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:MaxLength=316
+	// +kubebuilder:validation:items:MinLength=1
+	TopologyLabels []string `json:"topologyLabels,omitempty"`
+
+	// circuitBreaker stops quarantines whose every counting finding is a
+	// NIC finding once threshold nodes of one group entered quarantine for
+	// NIC findings within window: a leaf switch that fails takes every node
+	// under it down at once, and draining them all would stop more work
+	// than the switch did. Quarantines for other findings, and recoveries,
+	// go on. The policy's reset annotation resets it too.
+	// +optional
+	// +kubebuilder:default={}
+	CircuitBreaker NetworkBreakerSpec `json:"circuitBreaker"`
+}
+
+// NetworkBreakerSpec is the network circuit breaker's settings.
+type NetworkBreakerSpec struct {
+	// enabled turns the breaker on. Default true.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// threshold is how many nodes of one group (a count, or a percentage
+	// of the group's managed nodes) may enter quarantine for NIC findings
+	// within window; the next one opens the group's breaker. Default 3:
+	// compute NICs of independent nodes fail a few times a week in a
+	// fleet of thousands, so a fourth within ten minutes behind one switch
+	// (or anywhere, without topology labels) points at what they share.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^(100|[1-9][0-9]?)%$')",message="threshold must be a positive count (3) or a percentage from 1% to 100% (\"25%\")"
+	Threshold *intstr.IntOrString `json:"threshold,omitempty"`
+
+	// window is the sliding window quarantines are counted in. Default 10m.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="window must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
+	Window *Duration `json:"window,omitempty"`
+
+	// coolDown is how long an open group breaker stays open. Default 30m.
+	// +optional
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="coolDown must be a duration from 1s to 8760h (a year) such as 30s, 5m or 1h"
+	CoolDown *Duration `json:"coolDown,omitempty"`
+}
+
 // RemediationPolicySpec is how the nodes it selects are judged and handled.
 type RemediationPolicySpec struct {
 	// nodeSelector selects the nodes this policy manages.
@@ -835,6 +894,14 @@ type RemediationPolicySpec struct {
 	// (the monitor) and the nvidia.com/gpu.count label decide.
 	// +optional
 	GPUCount *GPUCountSpec `json:"gpuCount,omitempty"`
+
+	// network tells a compute-network fault of one node from a failing
+	// switch: quarantines for NIC findings alone are counted per group of
+	// nodes behind one switch, and a group that loses too many at once is
+	// held back as a storm rather than drained.
+	// +optional
+	// +kubebuilder:default={}
+	Network NetworkSpec `json:"network"`
 
 	// dryRun makes the operator decide and record (NodeHealth, Events,
 	// metrics) without touching any node or pod.

@@ -45,6 +45,9 @@ type ticket struct {
 	// devices are the GPUs the device breaker (deviceKey) counted at at.
 	devices   int
 	deviceKey string
+	// networkKey is the network breaker that counted this pass's
+	// quarantine at at; "" when none did.
+	networkKey string
 }
 
 // admit grants what the plan asks for and returns the plan to carry out,
@@ -55,6 +58,18 @@ type ticket struct {
 // for one. The caller releases the ticket in every case.
 func (r *Reconciler) admit(ctx context.Context, o *observation, p *plan) (*ticket, *plan) {
 	t := &ticket{r: r, policy: o.policy.Name, at: o.now.Time}
+	if p.reserveNetwork && o.network != nil {
+		// Counted in the node's group first, given back by release when
+		// the quarantine does not become real (also when the policy's
+		// breaker then refuses it).
+		ok, st := r.Breaker.Allow(o.network.key, o.network.settings, o.now.Time)
+		if ok {
+			t.networkKey = o.network.key
+		} else {
+			o.network.allowed, o.network.message = false, st.Message
+			p = decide(o)
+		}
+	}
 	if p.reserveBreaker {
 		// Counted now, given back by release when the quarantine does not
 		// become real; a refusal (another node took the last slot since
@@ -137,6 +152,9 @@ func (t *ticket) wrote(node string, status *gpuhealthv1alpha1.NodeHealthStatus) 
 func (t *ticket) release() {
 	if t.reserved && !t.kept {
 		t.r.Breaker.Undo(t.policy, t.at)
+	}
+	if t.networkKey != "" && !t.kept {
+		t.r.Breaker.Undo(t.networkKey, t.at)
 	}
 	if !t.kept {
 		for range t.devices {

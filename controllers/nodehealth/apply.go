@@ -37,6 +37,13 @@ func (r *Reconciler) actBeforeDeciding(ctx context.Context, o *observation) {
 		allowed, st := r.Breaker.Check(o.policy.Name, b.settings, o.now.Time)
 		b.allowed, b.message = allowed, st.Message
 	}
+	if nw := o.network; nw != nil && nw.reset != "" && r.Breaker.Reset(nw.key, nw.reset, o.now.Time) {
+		happened = append(happened, announcement{regarding: o.policy, eventType: corev1.EventTypeNormal,
+			reason: gpuhealthv1alpha1.ReasonCircuitBreakerOpen, action: "Reset",
+			note: fmt.Sprintf("network circuit breaker of %s reset by annotation %s=%s", nw.group, gpuhealthv1alpha1.ResetCircuitBreakerAnnotation, nw.reset)})
+		allowed, st := r.Breaker.Check(nw.key, nw.settings, o.now.Time)
+		nw.allowed, nw.message = allowed, st.Message
+	}
 	if o.drains {
 		started := o.now.Time
 		if ds := o.nh.Status.Drain; ds != nil && ds.StartedAt != nil {

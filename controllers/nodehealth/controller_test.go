@@ -840,3 +840,65 @@ func TestLeavingManagementHoldsTheNodeAndStopsItsJobs(t *testing.T) {
 	h.reconcile(n.Name)
 	h.g.Expect(h.nodeHealth(n.Name).ResourceVersion).To(Equal(nh.ResourceVersion), "said once")
 }
+
+// TestNetworkBreakerHoldsTheSwitchNotTheFleet: quarantines for NIC findings
+// alone are counted per group of nodes behind one switch; a group that
+// fills its window holds its next NIC-only quarantine (a failing leaf
+// switch), while a node of another group, a node of the same group with a
+// GPU fault beside its NIC fault, and recoveries go on; the policy's reset
+// annotation resets the group.
+func TestNetworkBreakerHoldsTheSwitchNotTheFleet(t *testing.T) {
+	h := newHarness(t)
+	const leaf = "example.com/leaf"
+	p := h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.CircuitBreaker.Threshold = ptr.To(intstrFromInt(100))
+		s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(100))
+		s.Network.TopologyLabels = []string{leaf}
+		s.Network.CircuitBreaker.Threshold = ptr.To(intstrFromInt(2))
+	})
+	nodes := map[string]string{}
+	for suffix, group := range map[string]string{"a": "l1", "b": "l1", "c": "l1", "d": "l1", "e": "l2"} {
+		nodes[suffix] = h.node(suffix, func(n *corev1.Node) { n.Labels[leaf] = group }).Name
+	}
+	nic := func(node string) {
+		h.finding(gpuhealthv1alpha1.NodeHealthEventSpec{
+			NodeName: node, Source: gpuhealthv1alpha1.SourceIB, Check: gpuhealthv1alpha1.CheckNIC, Code: "PortDown",
+			Severity: gpuhealthv1alpha1.SeverityFatal, RecommendedAction: gpuhealthv1alpha1.ActionNone,
+			Component: gpuhealthv1alpha1.Component{Kind: gpuhealthv1alpha1.ComponentNIC, ID: "mlx5_0/1"}, Message: "port down",
+		})
+		h.reconcile(node)
+	}
+	nic(nodes["a"])
+	nic(nodes["b"])
+	h.g.Expect(h.phase(nodes["a"])).NotTo(Equal(healthy))
+	h.g.Expect(h.phase(nodes["b"])).NotTo(Equal(healthy))
+
+	// The third NIC-only quarantine behind leaf l1 is held.
+	nic(nodes["c"])
+	nh := h.nodeHealth(nodes["c"])
+	h.g.Expect(nh.Status.Phase).To(Equal(healthy))
+	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonCircuitBreakerOpen))
+	h.g.Expect(nh.Status.Message).To(And(ContainSubstring("network circuit breaker of "+leaf+"=l1"),
+		ContainSubstring("2 nodes entered quarantine within 10m0s (limit 2)")))
+	h.g.Expect(h.getNode(nodes["c"]).Spec.Unschedulable).To(BeFalse())
+	cond := gpuHealthyCondition(h.getNode(nodes["c"]))
+	h.g.Expect(cond.Reason).To(Equal(gpuhealthv1alpha1.ReasonQuarantineHeld))
+
+	// Another leaf's node is its own group.
+	nic(nodes["e"])
+	h.g.Expect(h.phase(nodes["e"])).NotTo(Equal(healthy))
+
+	// A GPU fault beside the NIC fault is not the switch's: quarantined.
+	h.fault(nodes["d"], gpuhealthv1alpha1.CheckXID, "79")
+	nic(nodes["d"])
+	h.g.Expect(h.phase(nodes["d"])).NotTo(Equal(healthy))
+
+	// The reset annotation resets the group; the held node goes in.
+	got := &gpuhealthv1alpha1.RemediationPolicy{}
+	h.g.Expect(k8sClient.Get(h.ctx, types.NamespacedName{Name: p.Name}, got)).To(Succeed())
+	got.Annotations = map[string]string{gpuhealthv1alpha1.ResetCircuitBreakerAnnotation: "switch-replaced"}
+	h.g.Expect(k8sClient.Update(h.ctx, got)).To(Succeed())
+	h.reconcile(nodes["c"])
+	h.g.Expect(h.phase(nodes["c"])).NotTo(Equal(healthy))
+	h.g.Expect(h.events()).To(ContainElement(ContainSubstring("network circuit breaker of " + leaf + "=l1 reset by annotation")))
+}

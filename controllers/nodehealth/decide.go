@@ -111,6 +111,9 @@ type planActs struct {
 type planAsks struct {
 	// reserveBreaker asks the circuit breaker for one more quarantine.
 	reserveBreaker bool
+	// reserveNetwork asks the node's group's network breaker for one more
+	// quarantine for NIC findings.
+	reserveNetwork bool
 	// reserveDevices asks the device breaker for this many more GPUs out.
 	reserveDevices int
 	// confirmBudget says a drain was decided from a cache count: it is
@@ -428,6 +431,16 @@ func (d *decider) healthy() {
 			d.quarantineHeld("circuit breaker "+o.breaker.message, message)
 			d.wait(breakerRecheck)
 			return
+		}
+		if nw := o.network; nw != nil && nw.enabled && nicOnly(counting) {
+			if !nw.allowed {
+				msg := "network circuit breaker of " + nw.group + " " + nw.message
+				d.statusReason(gpuhealthv1alpha1.ReasonCircuitBreakerOpen, "not quarantined: "+msg+"; NIC faults on many nodes behind one switch point at the switch; findings: "+message)
+				d.quarantineHeld(msg, message)
+				d.wait(breakerRecheck)
+				return
+			}
+			d.p.reserveNetwork = true
 		}
 		d.p.reserveBreaker = true
 	}

@@ -62,6 +62,10 @@ type observation struct {
 	// breaker is the circuit breaker as seen now, without counting a
 	// quarantine; set when a new quarantine may be decided.
 	breaker *breakerView
+	// network is the network circuit breaker of the node's group as seen
+	// now; set with breaker. It holds only quarantines whose every
+	// counting finding is a NIC finding.
+	network *networkView
 	// stormHold is how long the bookkeeping after this process's fence
 	// waits for a storm of fences to pass; zero: it goes ahead.
 	stormHold time.Duration
@@ -205,7 +209,14 @@ func (r *Reconciler) observeInputs(ctx context.Context, o *observation, in input
 		o.stormHold = r.storm.hold(o.node.Name)
 	}
 	if in.breaker {
-		if o.breaker, err = r.peekBreaker(ctx, o.policy, o.now.Time); err != nil {
+		managed, err := r.managedNodes(ctx, o.policy)
+		if err != nil {
+			return err
+		}
+		if o.breaker, err = r.peekBreaker(ctx, o.policy, managed, o.now.Time); err != nil {
+			return err
+		}
+		if o.network, err = r.peekNetworkBreaker(ctx, o, managed); err != nil {
 			return err
 		}
 	}

@@ -178,11 +178,11 @@ const breakerRecheck = time.Minute
 // yet is carried in the view: the pass resets the breaker with it before
 // deciding (actBeforeDeciding), so the nodes it woke see it closed. The
 // policy status controller mirrors the state into the policy's status.
-func (r *Reconciler) peekBreaker(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy, now time.Time) (*breakerView, error) {
+func (r *Reconciler) peekBreaker(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy, managed map[string]map[string]string, now time.Time) (*breakerView, error) {
 	if !breaker.Enabled(p.Spec.CircuitBreaker) {
 		return &breakerView{allowed: true, message: "disabled"}, nil
 	}
-	settings, err := r.breakerSettings(ctx, p)
+	settings, err := breaker.SettingsFor(p.Spec.CircuitBreaker, len(managed))
 	if err != nil {
 		return nil, err
 	}
@@ -199,12 +199,4 @@ func (r *Reconciler) peekBreaker(ctx context.Context, p *gpuhealthv1alpha1.Remed
 	}
 	allowed, st := r.Breaker.Check(p.Name, settings, now)
 	return &breakerView{allowed: allowed, message: st.Message, settings: settings, enabled: true, reset: reset}, nil
-}
-
-func (r *Reconciler) breakerSettings(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (breaker.Settings, error) {
-	managed, err := r.managedNodes(ctx, p)
-	if err != nil {
-		return breaker.Settings{}, err
-	}
-	return breaker.SettingsFor(p.Spec.CircuitBreaker, len(managed))
 }

@@ -282,3 +282,23 @@ func (b *Breaker) LastReset(policy string) string {
 	defer b.mu.Unlock()
 	return b.get(policy).lastReset
 }
+
+// defaultNetworkThreshold is the schema default of the policy's
+// network.circuitBreaker.threshold.
+var defaultNetworkThreshold = intstr.FromInt32(3)
+
+// NetworkSettingsFor resolves a policy's network breaker settings against
+// the number of managed nodes in one group.
+func NetworkSettingsFor(spec gpuhealthv1alpha1.NetworkBreakerSpec, groupSize int) (Settings, error) {
+	limit, err := budget.Limit(spec.Threshold, groupSize, defaultNetworkThreshold)
+	if err != nil {
+		return Settings{}, err
+	}
+	return Settings{Limit: limit, Window: spec.Window.Get(defaultWindow), CoolDown: spec.CoolDown.Get(DefaultCoolDown)}, nil
+}
+
+// NetworkEnabled says whether the policy's network breaker is on (the
+// default).
+func NetworkEnabled(spec gpuhealthv1alpha1.NetworkBreakerSpec) bool {
+	return spec.Enabled == nil || *spec.Enabled
+}
