@@ -44,7 +44,7 @@ type NodeConditionRule struct {
 }
 
 // DriftProperty is one property of a node's stack compared across its pool.
-// +kubebuilder:validation:Enum=driver;cudaDriver;vbios;inforom;fabricManager;imex;ecc;persistence;mig;product;powerLimit
+// +kubebuilder:validation:Enum=driver;cudaDriver;vbios;inforom;fabricManager;imex;ecc;persistence;mig;product;powerLimit;nicFirmware;nicRate
 type DriftProperty string
 
 // The properties drift compares. Each is one value per node: a property of
@@ -63,12 +63,17 @@ const (
 	DriftMIG           DriftProperty = "mig"
 	DriftProduct       DriftProperty = "product"
 	DriftPowerLimit    DriftProperty = "powerLimit"
+	// DriftNICFirmware is the compute adapters' firmware versions.
+	DriftNICFirmware DriftProperty = "nicFirmware"
+	// DriftNICRate is the rates of the compute ports that are up: a port
+	// that trained below its peers' rate makes its node an outlier.
+	DriftNICRate DriftProperty = "nicRate"
 )
 
 // DriftProperties are all properties, in the order reports list them.
 var DriftProperties = []DriftProperty{
 	DriftDriver, DriftCUDADriver, DriftVBIOS, DriftInfoROM, DriftFabricManager, DriftIMEX,
-	DriftECC, DriftPersistence, DriftMIG, DriftProduct, DriftPowerLimit,
+	DriftECC, DriftPersistence, DriftMIG, DriftProduct, DriftPowerLimit, DriftNICFirmware, DriftNICRate,
 }
 
 // DriftSpec is how nodes of one pool are compared. A pool is the nodes of

@@ -71,6 +71,58 @@ type NodeInventorySpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=8
 	Services []ServiceInventory `json:"services,omitempty"`
+
+	// nics are the node's RDMA ports (InfiniBand, RoCE) as the monitor's
+	// ib source last read them.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	NICs []NICInventory `json:"nics,omitempty"`
+}
+
+// NICInventory is one RDMA port and its adapter.
+type NICInventory struct {
+	// device is the RDMA device (mlx5_0).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Device string `json:"device"`
+
+	// port is the port number.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Port int32 `json:"port"`
+
+	// hcaType is the adapter's hca_type (MT4129 is ConnectX-7).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	HCAType string `json:"hcaType,omitempty"`
+
+	// firmware is the adapter's firmware version (fw_ver).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Firmware string `json:"firmware,omitempty"`
+
+	// linkLayer is InfiniBand or Ethernet (RoCE).
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	LinkLayer string `json:"linkLayer,omitempty"`
+
+	// rate is the port's rate as the kernel prints it, for example
+	// "400 Gb/sec (4X NDR)"; empty while the port is not up (a port that is
+	// down reports a rate it does not run at).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Rate string `json:"rate,omitempty"`
+
+	// up is true while the port is ACTIVE and LinkUp.
+	// +optional
+	Up bool `json:"up,omitempty"`
+
+	// compute is true for a port of the compute fabric (judged by the
+	// monitor), false for others (a management NIC).
+	// +optional
+	Compute bool `json:"compute,omitempty"`
 }
 
 // DriverInventory is the driver NVML runs on.

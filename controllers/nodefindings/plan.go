@@ -238,6 +238,20 @@ func Properties(s *gpuhealthv1alpha1.NodeInventorySpec) map[gpuhealthv1alpha1.Dr
 		}
 		return strconv.Itoa(int(g.PowerLimitWatts)) + " W"
 	})
+	perNIC := func(p gpuhealthv1alpha1.DriftProperty, get func(*gpuhealthv1alpha1.NICInventory) string) {
+		seen := map[string]bool{}
+		var vals []string
+		for i := range s.NICs {
+			if v := get(&s.NICs[i]); v != "" && s.NICs[i].Compute && !seen[v] {
+				seen[v] = true
+				vals = append(vals, v)
+			}
+		}
+		sort.Strings(vals)
+		set(p, strings.Join(vals, ", "))
+	}
+	perNIC(gpuhealthv1alpha1.DriftNICFirmware, func(n *gpuhealthv1alpha1.NICInventory) string { return n.Firmware })
+	perNIC(gpuhealthv1alpha1.DriftNICRate, func(n *gpuhealthv1alpha1.NICInventory) string { return n.Rate })
 	for _, sv := range s.Services {
 		switch sv.Name {
 		case "nvidia-fabricmanager":

@@ -158,11 +158,18 @@ func TestProperties(t *testing.T) {
 		s.GPUs[1].VBIOS = "96.00.61"
 		s.GPUs[0].PowerLimitWatts, s.GPUs[1].PowerLimitWatts = 700, 700
 		s.Services = []gpuhealthv1alpha1.ServiceInventory{{Name: "nvidia-fabricmanager", Installed: true, Running: true, Version: "570.133.20-1"}, {Name: "nvidia-imex"}}
+		s.NICs = []gpuhealthv1alpha1.NICInventory{
+			{Device: "mlx5_0", Port: 1, Firmware: "28.39.1002", Rate: "400 Gb/sec (4X NDR)", Up: true, Compute: true},
+			{Device: "mlx5_1", Port: 1, Firmware: "28.39.1002", Rate: "200 Gb/sec (4X HDR)", Up: true, Compute: true},
+			{Device: "mlx5_2", Port: 1, Firmware: "28.39.1002", Compute: true},                        // down: no rate
+			{Device: "mlx5_9", Port: 1, Firmware: "22.41.1000", Rate: "25 Gb/sec (1X EDR)", Up: true}, // management
+		}
 	})
 	g.Expect(Properties(&inv.Spec)).To(Equal(map[gpuhealthv1alpha1.DriftProperty]string{
 		"driver": "570.133.20", "cudaDriver": "12.8", "vbios": "96.00.61, 96.00.74", "ecc": "Enabled", "mig": "Disabled",
 		"product": "NVIDIA H200", "powerLimit": "700 W", "fabricManager": "570.133.20-1",
-	}), "a GPU property is the node's distinct values; what is not reported is absent")
+		"nicFirmware": "28.39.1002", "nicRate": "200 Gb/sec (4X HDR), 400 Gb/sec (4X NDR)",
+	}), "a GPU or NIC property is the node's distinct values (compute ports only, rates of those up); what is not reported is absent")
 }
 
 func TestPlanConditions(t *testing.T) {

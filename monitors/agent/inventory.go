@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/monitors/ib"
 	"github.com/gpuhealth/gpuhealth/monitors/nvml"
 	"github.com/gpuhealth/gpuhealth/monitors/services"
 )
@@ -46,6 +47,8 @@ type inventoryReporter struct {
 	nvml *nvml.Source
 	// services is the services source, nil when it does not run.
 	services *services.Source
+	// ib is the ib source, nil when it does not run.
+	ib *ib.Source
 	// pci scans the PCI bus.
 	pci func() (services.PCI, error)
 	// versions reads Fabric Manager's and IMEX's versions from the
@@ -67,7 +70,7 @@ func newInventoryReporter(cfg Config, c client.Client, b built, log logr.Logger)
 		dpkg = DefaultDpkgStatus
 	}
 	return &inventoryReporter{
-		client: c, nodeName: cfg.NodeName, nvml: b.nvml, services: b.services, pci: scanPCI(cfg),
+		client: c, nodeName: cfg.NodeName, nvml: b.nvml, services: b.services, ib: b.ib, pci: scanPCI(cfg),
 		versions: func() (string, string) { return dpkgVersions(dpkg) },
 		interval: cfg.Inventory.Interval.Duration, clock: clock.RealClock{}, log: log,
 	}
@@ -184,8 +187,24 @@ func (r *inventoryReporter) read(now time.Time) gpuhealthv1alpha1.NodeInventoryS
 			spec.Services = append(spec.Services, si)
 		}
 	}
+	if r.ib != nil {
+		for _, p := range r.ib.Status() {
+			if len(spec.NICs) == maxNICs {
+				break
+			}
+			n := gpuhealthv1alpha1.NICInventory{Device: p.Device, Port: int32(p.Num), HCAType: p.HCAType, Firmware: p.FirmwareVersion,
+				LinkLayer: p.LinkLayer, Up: p.Up(), Compute: p.Compute}
+			if n.Up {
+				n.Rate = p.RateText
+			}
+			spec.NICs = append(spec.NICs, n)
+		}
+	}
 	return spec
 }
+
+// maxNICs is the schema's bound on the ports a report lists.
+const maxNICs = 64
 
 // owner is the reference to this node's Node, or nil when it cannot be read.
 func (r *inventoryReporter) owner(ctx context.Context) []metav1.OwnerReference {
