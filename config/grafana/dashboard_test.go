@@ -119,7 +119,10 @@ func TestDashboardIsWellFormed(t *testing.T) {
 // GPU 3 °C from slowdown and a pending row remap); gpu-2 failed with an XID
 // 79, stranding the other member of its ComputeDomain, after one repair a
 // minute recertified and one released; gpu-2 also runs an older driver
-// than its pool, which both replicas report during the hand-over.
+// than its pool, which both replicas report during the hand-over. On the
+// compute network, gpu-1's mlx5_1 runs at half its rate and raises symbol
+// errors, and its management port (not compute) is down; gpu-2's mlx5_0
+// is down after flapping.
 const series = `load 1m
 	gpuhealth_node_gpus{node="gpu-1",pod="op-a"} 8x60
 	gpuhealth_node_gpus{node="gpu-2",pod="op-a"} 8x60
@@ -163,6 +166,25 @@ const series = `load 1m
 	gpuhealth_monitor_gpu_slowdown_temperature_celsius{node="gpu-1",gpu="3",uuid="GPU-3"} 88x60
 	gpuhealth_monitor_gpu_row_remap_pending{node="gpu-1",gpu="5",uuid="GPU-5"} 1x60
 	gpuhealth_monitor_gpu_row_remap_failure{node="gpu-1",gpu="5",uuid="GPU-5"} 0x60
+	gpuhealth_monitor_nic_port_up{node="gpu-1",device="mlx5_0",port="1",link_layer="InfiniBand",compute="true"} 1x60
+	gpuhealth_monitor_nic_port_up{node="gpu-1",device="mlx5_1",port="1",link_layer="InfiniBand",compute="true"} 1x60
+	gpuhealth_monitor_nic_port_up{node="gpu-1",device="mlx5_4",port="1",link_layer="Ethernet",compute="false"} 0x60
+	gpuhealth_monitor_nic_port_up{node="gpu-2",device="mlx5_0",port="1",link_layer="InfiniBand",compute="true"} 0x60
+	gpuhealth_monitor_nic_port_rate_gbps{node="gpu-1",device="mlx5_0",port="1"} 400x60
+	gpuhealth_monitor_nic_port_rate_gbps{node="gpu-1",device="mlx5_1",port="1"} 200x60
+	gpuhealth_monitor_nic_port_rate_gbps{node="gpu-1",device="mlx5_4",port="1"} 25x60
+	gpuhealth_monitor_nic_port_rate_gbps{node="gpu-2",device="mlx5_0",port="1"} 10x60
+	gpuhealth_monitor_nic_port_expected_rate_gbps{node="gpu-1",device="mlx5_0",port="1"} 400x60
+	gpuhealth_monitor_nic_port_expected_rate_gbps{node="gpu-1",device="mlx5_1",port="1"} 400x60
+	gpuhealth_monitor_nic_port_expected_rate_gbps{node="gpu-2",device="mlx5_0",port="1"} 400x60
+	gpuhealth_monitor_nic_port_downs{node="gpu-1",device="mlx5_0",port="1"} 0x60
+	gpuhealth_monitor_nic_port_downs{node="gpu-1",device="mlx5_1",port="1"} 0x60
+	gpuhealth_monitor_nic_port_downs{node="gpu-2",device="mlx5_0",port="1"} 3x60
+	gpuhealth_monitor_nic_error_rate{node="gpu-1",device="mlx5_0",port="1",counter="symbol_error"} 0x60
+	gpuhealth_monitor_nic_error_rate{node="gpu-1",device="mlx5_1",port="1",counter="symbol_error"} 0.5x60
+	gpuhealth_monitor_nic_error_rate{node="gpu-1",device="mlx5_1",port="1",counter="port_xmit_discards"} 2x60
+	gpuhealth_monitor_findings_total{node="gpu-2",source="ib",check="NIC",severity="Fatal"} 0+1x60
+	gpuhealth_monitor_source_up{node="gpu-1",source="ib"} 1x60
 	leader_election_master_status{name="gpuhealth-operator.gpuhealth.dev",pod="op-a"} 1x60
 	workqueue_depth{name="nodehealth"} 3x60
 	workqueue_depth{name="other_controller"} 9x60
@@ -271,6 +293,39 @@ func TestDriftTableNamesTheOutlier(t *testing.T) {
 		return
 	}
 	t.Fatal("no panel Stack drift: outliers")
+}
+
+// TestNetworkShowsTheBadComputePorts: the ports panels count and list
+// the compute ports that are down or slow, once each, and leave out healthy
+// ports and a management port that is down.
+func TestNetworkShowsTheBadComputePorts(t *testing.T) {
+	g := NewWithT(t)
+	query := queryFixture(t)
+	got := map[string]map[string]float64{}
+	for _, p := range load(t).Panels {
+		for _, tg := range p.Targets {
+			v, err := query(context.Background(), promcheck.Expand(tg.Expr), time.Unix(3600, 0))
+			g.Expect(err).NotTo(HaveOccurred())
+			m := map[string]float64{}
+			for _, s := range v {
+				m[s.Metric.DropReserved(func(n string) bool { return n == model.MetricNameLabel }).String()] = s.F
+			}
+			got[p.Title+"/"+tg.RefID] = m
+		}
+	}
+	g.Expect(got).To(HaveKeyWithValue("Compute ports down/A", map[string]float64{`{node="gpu-2"}`: 1}))
+	slow := `{device="mlx5_1", node="gpu-1", port="1"}`
+	down := `{device="mlx5_0", node="gpu-2", port="1"}`
+	table := "Compute ports down or below their rate/"
+	g.Expect(got).To(HaveKeyWithValue(table+"A", map[string]float64{slow: 1, down: 0}), "up")
+	g.Expect(got).To(HaveKeyWithValue(table+"B", map[string]float64{slow: 200, down: 10}), "rate")
+	g.Expect(got).To(HaveKeyWithValue(table+"C", map[string]float64{slow: 400, down: 400}), "expected rate")
+	g.Expect(got).To(HaveKeyWithValue("Port flaps in window (10 most)/A", map[string]float64{down: 3}))
+	g.Expect(got).To(HaveKeyWithValue("Error counter rates (3 worst ports per counter)/A", map[string]float64{
+		`{counter="symbol_error", device="mlx5_1", node="gpu-1", port="1"}`:       0.5,
+		`{counter="port_xmit_discards", device="mlx5_1", node="gpu-1", port="1"}`: 2,
+	}))
+	g.Expect(got).To(HaveKeyWithValue("NIC findings/A", map[string]float64{`{severity="Fatal", source="ib"}`: 1.0 / 60}))
 }
 
 // TestKustomizationShipsTheDashboard: `kubectl apply -k config/grafana`

@@ -269,6 +269,93 @@ var cases = map[string][]alertCase{
 			series: `gpuhealth_monitor_findings_dropped_total{node="gpu-1",reason="SpoolFull",severity="Info"} 0x10 1x30`},
 		{name: "old drops only", at: 60 * time.Minute, series: `gpuhealth_monitor_findings_dropped_total{node="gpu-1",reason="SpoolFull",severity="Info"} 4x60`},
 	},
+	"GPUHealthNICPortDown": {
+		{name: "a compute port down for six minutes", at: 6 * time.Minute, firing: []map[string]string{{"node": "gpu-1", "device": "mlx5_3", "port": "1"}},
+			series: portUp("gpu-1", "mlx5_3", true, "0x10") + portUp("gpu-1", "mlx5_0", true, "1x10") + portUp("gpu-2", "mlx5_0", true, "1x10")},
+		{name: "down for three minutes only", at: 3 * time.Minute, series: portUp("gpu-1", "mlx5_3", true, "0x10")},
+		{name: "back up after three minutes", at: 10 * time.Minute, series: portUp("gpu-1", "mlx5_3", true, "0x3 1x10")},
+		{name: "a management port is not judged", at: 10 * time.Minute, series: portUp("gpu-1", "mlx5_4", false, "0x10")},
+		{name: "two monitor pods during a roll-out report it once", at: 6 * time.Minute, firing: []map[string]string{{"node": "gpu-1", "device": "mlx5_3", "port": "1"}},
+			series: `gpuhealth_monitor_nic_port_up{node="gpu-1",pod="a",device="mlx5_3",port="1",link_layer="InfiniBand",compute="true"} 0x10
+				gpuhealth_monitor_nic_port_up{node="gpu-1",pod="b",device="mlx5_3",port="1",link_layer="InfiniBand",compute="true"} 0x10`},
+	},
+	"GPUHealthNICFlapping": {
+		{name: "two downs in the window", at: 7 * time.Minute, firing: []map[string]string{{"node": "gpu-1", "device": "mlx5_3", "port": "1"}},
+			series: `gpuhealth_monitor_nic_port_downs{node="gpu-1",device="mlx5_3",port="1"} 0x5 1 2x10
+				gpuhealth_monitor_nic_port_downs{node="gpu-1",device="mlx5_0",port="1"} 0x20`},
+		{name: "one down", at: 10 * time.Minute, series: `gpuhealth_monitor_nic_port_downs{node="gpu-1",device="mlx5_3",port="1"} 0x5 1x10`},
+		{name: "two downs that one scrape saw", at: 10 * time.Minute, firing: []map[string]string{{"node": "gpu-1", "device": "mlx5_3", "port": "1"}},
+			series: `gpuhealth_monitor_nic_port_downs{node="gpu-1",device="mlx5_3",port="1"} 0x5 2 1x10`},
+		{name: "stopped flapping over ten minutes ago", at: 25 * time.Minute,
+			series: `gpuhealth_monitor_nic_port_downs{node="gpu-1",device="mlx5_3",port="1"} 0x2 2x3 1x5 0x20`},
+	},
+	"GPUHealthNICDowntrained": {
+		{name: "at half its rate for twenty minutes", at: 20 * time.Minute, firing: []map[string]string{{"node": "gpu-1", "device": "mlx5_3", "port": "1"}},
+			series: portUp("gpu-1", "mlx5_3", true, "1x30") + portRate("gpu-1", "mlx5_3", "200x30", "400x30") +
+				portUp("gpu-2", "mlx5_0", true, "1x30") + portRate("gpu-2", "mlx5_0", "400x30", "400x30")},
+		{name: "for ten minutes only", at: 10 * time.Minute,
+			series: portUp("gpu-1", "mlx5_3", true, "1x30") + portRate("gpu-1", "mlx5_3", "200x30", "400x30")},
+		{name: "retrained at its full rate", at: 25 * time.Minute,
+			series: portUp("gpu-1", "mlx5_3", true, "1x30") + portRate("gpu-1", "mlx5_3", "200x5 400x25", "400x30")},
+		{name: "a down port is GPUHealthNICPortDown's", at: 20 * time.Minute,
+			series: portUp("gpu-1", "mlx5_3", true, "0x30") + portRate("gpu-1", "mlx5_3", "10x30", "400x30")},
+		{name: "no expected rate known", at: 20 * time.Minute,
+			series: portUp("gpu-1", "mlx5_3", true, "1x30") + portRate("gpu-1", "mlx5_3", "200x30", "")},
+	},
+	"GPUHealthNICErrors": {
+		{name: "symbol errors at 0.5/s for twenty minutes", at: 20 * time.Minute,
+			firing: []map[string]string{{"node": "gpu-1", "device": "mlx5_3", "port": "1", "counter": "symbol_error"}},
+			series: errorRate("gpu-1", "mlx5_3", "symbol_error", "0.5x30") + errorRate("gpu-2", "mlx5_0", "symbol_error", "0x30")},
+		{name: "each counter against its own threshold", at: 20 * time.Minute,
+			firing: []map[string]string{
+				{"node": "gpu-1", "device": "mlx5_3", "port": "1", "counter": "link_error_recovery"},
+				{"node": "gpu-1", "device": "mlx5_3", "port": "1", "counter": "local_ack_timeout_err"},
+			},
+			series: errorRate("gpu-1", "mlx5_3", "link_error_recovery", "0.02x30") + errorRate("gpu-1", "mlx5_3", "symbol_error", "0.05x30") +
+				errorRate("gpu-1", "mlx5_3", "local_ack_timeout_err", "2x30") + errorRate("gpu-1", "mlx5_3", "port_xmit_discards", "5x30")},
+		{name: "for ten minutes only", at: 10 * time.Minute, series: errorRate("gpu-1", "mlx5_3", "symbol_error", "0.5x30")},
+		{name: "stopped after five minutes", at: 20 * time.Minute, series: errorRate("gpu-1", "mlx5_3", "symbol_error", "0.5x5 0x25")},
+		{name: "a counter the configuration added does not alert", at: 20 * time.Minute,
+			series: errorRate("gpu-1", "mlx5_3", "port_rcv_constraint_errors", "5x30")},
+	},
+	"GPUHealthNICStorm": {
+		{name: "three nodes with a compute port down", at: 3 * time.Minute, firing: []map[string]string{{}},
+			series: portUp("gpu-1", "mlx5_0", true, "0x10") + portUp("gpu-2", "mlx5_0", true, "0x10") + portUp("gpu-3", "mlx5_5", true, "0x10") +
+				portUp("gpu-4", "mlx5_0", true, "1x10")},
+		{name: "for one minute only", at: 1 * time.Minute,
+			series: portUp("gpu-1", "mlx5_0", true, "0x10") + portUp("gpu-2", "mlx5_0", true, "0x10") + portUp("gpu-3", "mlx5_5", true, "0x10")},
+		{name: "one node with all its ports down counts once", at: 5 * time.Minute,
+			series: portUp("gpu-1", "mlx5_0", true, "0x10") + portUp("gpu-1", "mlx5_1", true, "0x10") + portUp("gpu-1", "mlx5_2", true, "0x10") +
+				portUp("gpu-2", "mlx5_0", true, "0x10")},
+		{name: "management ports do not count", at: 5 * time.Minute,
+			series: portUp("gpu-1", "mlx5_4", false, "0x10") + portUp("gpu-2", "mlx5_4", false, "0x10") + portUp("gpu-3", "mlx5_4", false, "0x10")},
+	},
+}
+
+// portUp is the up series of port 1 of device on node, an InfiniBand
+// compute port or an Ethernet management port, with values in promqltest
+// notation.
+func portUp(node, device string, compute bool, values string) string {
+	layer := "InfiniBand"
+	if !compute {
+		layer = "Ethernet"
+	}
+	return fmt.Sprintf("gpuhealth_monitor_nic_port_up{node=%q,device=%q,port=\"1\",link_layer=%q,compute=\"%t\"} %s\n", node, device, layer, compute, values)
+}
+
+// portRate is the rate and expected rate series of port 1 of device on
+// node; no expected series when expected is "" (unknown).
+func portRate(node, device, rate, expected string) string {
+	out := fmt.Sprintf("gpuhealth_monitor_nic_port_rate_gbps{node=%q,device=%q,port=\"1\"} %s\n", node, device, rate)
+	if expected != "" {
+		out += fmt.Sprintf("gpuhealth_monitor_nic_port_expected_rate_gbps{node=%q,device=%q,port=\"1\"} %s\n", node, device, expected)
+	}
+	return out
+}
+
+// errorRate is the error counter rate series of port 1 of device on node.
+func errorRate(node, device, counter, values string) string {
+	return fmt.Sprintf("gpuhealth_monitor_nic_error_rate{node=%q,device=%q,port=\"1\",counter=%q} %s\n", node, device, counter, values)
 }
 
 // TestAlertsFire runs every alert against its cases.
