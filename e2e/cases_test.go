@@ -28,6 +28,7 @@ var cases = framework.Cases{
 	{Name: "NewNodeHeldOutUntilCertified", Run: testNewNodeHeldOutUntilCertified},
 	{Name: "GangDrainStopsTheJob", Run: testGangDrainStopsTheJob},
 	{Name: "StackDriftAndMissingGPU", Run: testStackDriftAndMissingGPU},
+	{Name: "NICPortDownCycle", Run: testNICPortDownCycle},
 	{Name: "DeviceQuarantineOneGPU", Run: testDeviceQuarantineOneGPU},
 	{Name: "CliqueCertificationGatesTheFabricTaint", Run: testCliqueCertificationGatesTheFabricTaint},
 	{Name: "ComputeDomains", Run: testComputeDomains},

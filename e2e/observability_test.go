@@ -116,6 +116,13 @@ func queriesReadMetrics(t *testing.T, g Gomega) {
 		"GPUs out of service per node/A":        "every node may be in service when the suite ends",
 		"GPU-hours lost (24h) by cause/A":       "only the last scrape is loaded: no GPU-hours when every node is in service then",
 		"Stranded GPUs/B":                       "no ComputeDomain may be short of a member when the suite ends",
+		// NICPortDownCycle put gpu-node-1's compute port back up.
+		"Compute ports down/A":                              "every compute port is up when the suite ends",
+		"Compute ports down or below their rate/A":          "every compute port is up and at its rate when the suite ends",
+		"Compute ports down or below their rate/B":          "every compute port is up and at its rate when the suite ends",
+		"Compute ports down or below their rate/C":          "every compute port is up and at its rate when the suite ends",
+		"Port flaps in window (10 most)/A":                  "the one down may have left the flap window (10m) by the end",
+		"Error counter rates (3 worst ports per counter)/A": "the fake adapters count no errors",
 		// The last scrape is loaded as constant series, so no repair is an
 		// increase within the window.
 		"Time to repair (7d)/A": "the loaded histogram does not grow",

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuhealth/gpuhealth/monitors/fakenvml"
+	"github.com/gpuhealth/gpuhealth/monitors/ib/ibfake"
 )
 
 // Binaries are the files the suite runs.
@@ -278,6 +279,9 @@ type Monitor struct {
 	// KernelLog is the kernel log file the monitor reads (MonitorOptions),
 	// empty when it reads none.
 	KernelLog string
+	// SysRoot is the fake sysfs the monitor reads (MonitorOptions PCIGPUs
+	// or IB), empty when it reads the machine's.
+	SysRoot string
 
 	kmsgMu  sync.Mutex
 	kmsgSeq int
@@ -292,6 +296,10 @@ type MonitorOptions struct {
 	// folder that the monitor reads the PCI bus from (else the machine's
 	// /sys, which has none).
 	PCIGPUs []string
+	// IB, when set, are the RDMA adapters of a fake sysfs in the node's
+	// folder that the monitor's ib source reads (ibfake.Write); a test
+	// changes their ports under Monitor.SysRoot.
+	IB []ibfake.HCA
 }
 
 // NewMonitor prepares the monitor for node: it finds the monitor
@@ -352,22 +360,39 @@ func NewMonitorWith(ctx context.Context, c *Cluster, b Binaries, dir, node, scen
 	}
 	cfg := filepath.Join(nodeDir, "monitor.yaml")
 	// Short intervals so the suite runs in seconds, not minutes.
-	config := "sources: [nvml]\nnvml: {pollInterval: 1s, window: 5s, performance: {window: 4s}}\npublish: {window: 1s}\n"
+	sources := []string{"nvml"}
+	config := "nvml: {pollInterval: 1s, window: 5s, performance: {window: 4s}}\npublish: {window: 1s}\n"
 	kmsg := ""
 	if o.KernelLog {
 		kmsg = filepath.Join(nodeDir, "kmsg")
 		if err := os.WriteFile(kmsg, nil, 0o600); err != nil {
 			return nil, err
 		}
-		config = fmt.Sprintf("sources: [nvml, kmsg]\nnvml: {pollInterval: 1s, window: 5s, performance: {window: 4s}}\nkmsg: {path: %s}\npublish: {window: 1s}\n", kmsg)
+		sources = append(sources, "kmsg")
+		config += fmt.Sprintf("kmsg: {path: %s}\n", kmsg)
 	}
-	if len(o.PCIGPUs) > 0 {
-		sys := filepath.Join(nodeDir, "sys")
-		if err := FakeSysfs(sys, o.PCIGPUs); err != nil {
+	sys := ""
+	if len(o.PCIGPUs) > 0 || len(o.IB) > 0 {
+		sys = filepath.Join(nodeDir, "sys")
+		if err := os.RemoveAll(sys); err != nil {
 			return nil, err
 		}
 		config += "inventory: {sysRoot: " + sys + "}\n"
 	}
+	if len(o.PCIGPUs) > 0 {
+		if err := FakeSysfs(sys, o.PCIGPUs); err != nil {
+			return nil, err
+		}
+	}
+	if len(o.IB) > 0 {
+		if err := ibfake.Write(sys, o.IB...); err != nil {
+			return nil, err
+		}
+		// A port is down after 2 s, not 10: the suite runs in seconds.
+		sources = append(sources, "ib")
+		config += "ib: {downGrace: 2s}\n"
+	}
+	config = "sources: [" + strings.Join(sources, ", ") + "]\n" + config
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
@@ -381,7 +406,7 @@ func NewMonitorWith(ctx context.Context, c *Cluster, b Binaries, dir, node, scen
 	}
 	spool := filepath.Join(nodeDir, "spool")
 	return &Monitor{
-		Node: node, Scenario: sc, SpoolDir: spool, KernelLog: kmsg,
+		Node: node, Scenario: sc, SpoolDir: spool, KernelLog: kmsg, SysRoot: sys,
 		Process: &Process{
 			Name: "gpuhealth-monitor on " + node, LogPath: filepath.Join(nodeDir, "monitor.log"), Health: health, Metrics: metrics,
 			bin: b.Monitor,
