@@ -268,7 +268,7 @@ $(HELM): | $(LOCALBIN)
 	mv $(LOCALBIN)/helm $@
 
 .PHONY: bench-monitor
-bench-monitor: controlplane ## Node agent benchmark: injection-to-object latency, a 10,000-XID storm, idle CPU and RSS.
+bench-monitor: controlplane ## Node agent benchmark: injection-to-object latency, a 10,000-XID storm, idle CPU and RSS (also with the ib source polling 8 adapters each second).
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh 2>/dev/null | tail -1)" go run ./hack/monitorbench
 
 .PHONY: bench

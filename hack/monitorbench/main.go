@@ -14,6 +14,9 @@
 //     from /proc) and RSS over an idle minute with 8 GPUs × 18 NVLinks
 //     polled every 10 s. The fake library's event wait polls every 10 ms
 //     where the real one blocks in the driver, so this is an upper bound.
+//     Beside it, over the same minute, the same agent with the ib source
+//     reading 8 InfiniBand adapters (a fake sysfs tree, monitors/ib/ibfake)
+//     every second: the difference between the two is the ib source's cost.
 //
 // Run it from the repository root:
 //
@@ -46,7 +49,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/api/xid"
 	"github.com/gpuhealth/gpuhealth/monitors/fakenvml"
+	"github.com/gpuhealth/gpuhealth/monitors/ib/ibfake"
 )
 
 func main() {
@@ -63,6 +68,10 @@ func main() {
 
 const gpus, links = 8, 18
 
+// hcaCount is the InfiniBand adapters of the ib source's idle run: a GPU
+// node has one per GPU.
+const hcaCount = 8
+
 func uuid(i int) string { return fmt.Sprintf("GPU-%08d-0000-4000-8000-000000000000", i) }
 
 func run(samples, storm int, idle time.Duration) error {
@@ -73,7 +82,11 @@ func run(samples, storm int, idle time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(tmp) }()
+	defer func() {
+		if os.Getenv("MONITORBENCH_KEEP") == "" {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
 	bin := filepath.Join(tmp, "gpuhealth-monitor")
 	fmt.Fprintln(os.Stderr, "building gpuhealth-monitor and the fake NVML library")
 	// Built as the Dockerfile builds it: what runs on the nodes.
@@ -122,20 +135,52 @@ func run(samples, storm int, idle time.Duration) error {
 			return err
 		}
 	}
-	metricsAddr := freePort()
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--node-name=bench-node", "--config="+config,
-		"--nvml-library="+lib, "--spool-dir="+filepath.Join(tmp, "spool"),
-		"--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address="+freePort())
-	cmd.Env = append(os.Environ(), fakenvml.ScenarioEnv+"="+scenario)
-	logf, err := os.Create(filepath.Join(tmp, "monitor.log"))
+	startAgent := func(node, config string) (*exec.Cmd, string, error) {
+		metricsAddr := freePort()
+		cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--node-name="+node, "--config="+config,
+			"--nvml-library="+lib, "--spool-dir="+filepath.Join(tmp, "spool-"+node),
+			"--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address="+freePort())
+		cmd.Env = append(os.Environ(), fakenvml.ScenarioEnv+"="+scenario)
+		logf, err := os.Create(filepath.Join(tmp, node+".log"))
+		if err != nil {
+			return nil, "", err
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			return nil, "", err
+		}
+		return cmd, metricsAddr, nil
+	}
+	cmd, metricsAddr, err := startAgent("bench-node", config)
 	if err != nil {
 		return err
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	// Beside it, over the same idle minute, the same agent with the ib
+	// source too, polling 8 InfiniBand adapters (one port each) every
+	// second: the difference is the ib source's cost.
+	sys := filepath.Join(tmp, "sys")
+	var hcas []ibfake.HCA
+	for i := range hcaCount {
+		hcas = append(hcas, ibfake.InfiniBand(i))
+	}
+	if err := ibfake.Write(sys, hcas...); err != nil {
 		return err
 	}
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	ibConfig := filepath.Join(tmp, "monitor-ib.yaml")
+	if err := os.WriteFile(ibConfig, []byte("sources: [nvml, ib]\nnvml: {pollInterval: 10s}\nib: {interval: 1s, sysRoot: "+sys+"}\n"), 0o600); err != nil {
+		return err
+	}
+	ibCmd, ibMetricsAddr, err := startAgent("bench-node-ib", ibConfig)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if ibCmd.ProcessState == nil {
+			_ = ibCmd.Process.Signal(syscall.SIGTERM)
+			_ = ibCmd.Wait()
+		}
+	}()
 	time.Sleep(2 * time.Second) // let it start and learn the API
 
 	ctx := context.Background()
@@ -177,9 +222,14 @@ func run(samples, storm int, idle time.Duration) error {
 		return err
 	}
 
-	// Idle: nothing injected; 8 GPUs × 18 links polled every 10 s.
+	// Idle: nothing injected; 8 GPUs × 18 links polled every 10 s, and
+	// beside it the agent that also polls 8 adapters every second.
 	fmt.Fprintf(os.Stderr, "idle: %s\n", idle)
 	cpu0, err := cpuSeconds(cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	ibCPU0, err := cpuSeconds(ibCmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -188,22 +238,43 @@ func run(samples, storm int, idle time.Duration) error {
 	if err != nil {
 		return err
 	}
+	ibCPU1, err := cpuSeconds(ibCmd.Process.Pid)
+	if err != nil {
+		return err
+	}
 	rss, err := rssMiB(cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
+	ibRSS, err := rssMiB(ibCmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	ibPorts, err := metric(ibMetricsAddr, "gpuhealth_monitor_nic_port_up")
+	if err != nil {
+		return err
+	}
+	// The rest measures one agent: the second one goes.
+	_ = ibCmd.Process.Signal(syscall.SIGTERM)
+	_ = ibCmd.Wait()
 
 	// Latency: one XID at a time, each with a code not used before on its
 	// GPU, scheduled 300 ms ahead so the fake library (which reads appended
 	// lines every 100 ms) delivers it exactly on time.
 	fmt.Fprintf(os.Stderr, "latency: %d XIDs one at a time\n", samples)
-	codes := []int{13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95}
+	// Catalog codes whose event is named by the finding alone: an XID
+	// judged per occurrence (from its line, or from the XIDs beside it:
+	// 45 after another XID is cleanup) is named by its verdict too, which
+	// the bench does not know beforehand.
+	var codes []int
+	for c := 1; len(codes) < 32 && c <= xid.MaxCode; c++ {
+		if xid.Lookup(c, "").Known && !xid.JudgedPerOccurrence(c) {
+			codes = append(codes, c)
+		}
+	}
 	var lat []time.Duration
 	for i := range samples {
 		gpu, code := i%gpus, codes[(i/gpus)%len(codes)]
-		if i/gpus >= len(codes) {
-			code = 100 + i/gpus // fresh codes beyond the list (unknown XIDs are still published)
-		}
 		at := time.Now().Add(300 * time.Millisecond)
 		if err := appendLine(fmt.Sprintf("xid device=%d code=%d at=%s\n", gpu, code, fakenvml.At(at))); err != nil {
 			return err
@@ -254,8 +325,11 @@ func run(samples, storm int, idle time.Duration) error {
 		len(lat), ms(pct(.5)), ms(pct(.9)), ms(pct(.99)), ms(lat[len(lat)-1]))
 	fmt.Printf("| Storm | |\n|---|---:|\n| identical XIDs delivered by NVML | %d over 2 s |\n| objects | 1 (count %d) |\n| agent writes (create + status patches) | %.0f |\n| writes per second during the storm | %.1f |\n| last XID → count complete on the apiserver | %s |\n\n",
 		storm, stormEvent.Status.Count, stormWrites, stormWrites/stormSpan.Seconds(), ms(done.Sub(start.Add(2*time.Second))))
-	fmt.Printf("| Idle agent (%d GPUs × %d NVLinks, polled every 10 s, measured over %s) | |\n|---|---:|\n| CPU | %.2f%% of one core |\n| RSS | %.1f MiB |\n",
+	fmt.Printf("| Idle agent (%d GPUs × %d NVLinks, polled every 10 s, measured over %s) | |\n|---|---:|\n| CPU | %.2f%% of one core |\n| RSS | %.1f MiB |\n\n",
 		gpus, links, idle, 100*(cpu1-cpu0)/idle.Seconds(), rss)
+	base, withIB := 100*(cpu1-cpu0)/idle.Seconds(), 100*(ibCPU1-ibCPU0)/idle.Seconds()
+	fmt.Printf("| The same, beside it over the same %s, with the ib source polling %d InfiniBand adapters × 1 port every second (%.0f ports up) | |\n|---|---:|\n| CPU | %.2f%% of one core |\n| of which the ib source (difference) | %.2f%% of one core |\n| RSS | %.1f MiB |\n",
+		idle, hcaCount, ibPorts, withIB, withIB-base, ibRSS)
 	return nil
 }
 

@@ -156,9 +156,12 @@ func TestDownsBetweenScansAreCountedFromTheCounters(t *testing.T) {
 	r.step(0)
 	g.Expect(r.take()).To(ContainElement("PortDown mlx5_4/1 resolved"), "a RoCE device named in Devices is compute")
 
-	// link_downed rose by 2 while every scan saw the port up.
+	// link_downed rose by 2 while every scan saw the port up; counters
+	// are read every DefaultCounterInterval.
 	r.must(ibfake.SetCounter(r.root, "mlx5_0", 1, "link_downed", 2))
 	r.step(time.Second)
+	g.Expect(r.take()).To(BeEmpty(), "counters are not read each scan")
+	r.step(DefaultCounterInterval)
 	g.Expect(r.take()).To(Equal([]string{"PortFlapping mlx5_0/1"}))
 	g.Expect(r.sc.ports["mlx5_0/1"].downs).To(HaveLen(2))
 
@@ -298,9 +301,14 @@ func TestAnAdapterThatGoesAwayIsDownAndMissing(t *testing.T) {
 	g.Expect(r.take()).To(Equal([]string{"NoRDMADevice " + ibfake.InfiniBand(1).PCI}))
 	g.Expect(r.last("NoRDMADevice").Severity).To(Equal(gpuhealthv1alpha1.SeverityDegraded))
 
-	r.must(ibfake.Write(r.root, ibfake.InfiniBand(1)))
+	// It comes back with new firmware (an update resets the adapter,
+	// which removes and re-adds its device): read afresh.
+	back := ibfake.InfiniBand(1)
+	back.Firmware = "28.40.1000"
+	r.must(ibfake.Write(r.root, back))
 	r.step(time.Second)
 	g.Expect(r.take()).To(ConsistOf("HCAMissing  resolved", "PortDown mlx5_1/1 resolved"))
+	g.Expect(r.sc.src.Status()[1].FirmwareVersion).To(Equal("28.40.1000"))
 	r.step(DefaultPCIInterval)
 	g.Expect(r.take()).To(Equal([]string{"NoRDMADevice " + ibfake.InfiniBand(1).PCI + " resolved"}))
 }

@@ -100,10 +100,26 @@ type Device struct {
 }
 
 // reader reads sysfs attributes into one buffer: a scan each second of 8
-// adapters reads about a hundred small files, and none of them needs more
-// than a few dozen bytes.
+// adapters reads a few dozen small files, and none of them needs more than
+// a few dozen bytes. What does not change while an RDMA device exists (its
+// PCI function, type, firmware, ports and their link layers: a firmware
+// update or a mode change resets the adapter, which removes and re-adds the
+// device) is read once per device and kept until a scan no longer lists it.
 type reader struct {
-	buf [128]byte
+	buf    [128]byte
+	static map[string]*staticDevice
+}
+
+// staticDevice is what reader keeps of a device between scans.
+type staticDevice struct {
+	Device
+	// ports are the port numbers and their link layers.
+	ports []staticPort
+}
+
+type staticPort struct {
+	num       int
+	linkLayer string
 }
 
 // word reads a small attribute, trimmed.
@@ -157,7 +173,7 @@ func ParseRate(s string) (float64, error) {
 }
 
 // scan reads every RDMA device under sysRoot/class/infiniband, reading the
-// named counters of each port (names of files in counters/ or hw_counters/;
+// named counters of each port (none: Counters stays nil) (names of files in counters/ or hw_counters/;
 // a name in both is read from counters/). It returns fs.ErrNotExist (wrapped)
 // when the class directory does not exist: no RDMA driver is loaded. A
 // device or port that goes away during the scan is skipped; an attribute
@@ -168,43 +184,70 @@ func (r *reader) scan(sysRoot string, counters []string) ([]Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.static == nil {
+		r.static = map[string]*staticDevice{}
+	}
+	listed := make(map[string]bool, len(entries))
 	out := make([]Device, 0, len(entries))
 	for _, e := range entries {
 		dir := filepath.Join(root, e.Name())
-		d := Device{Name: e.Name()}
-		if target, err := filepath.EvalSymlinks(filepath.Join(dir, "device")); err == nil {
-			d.PCI = filepath.Base(target)
-		}
-		d.HCAType, _ = r.word(filepath.Join(dir, "hca_type"))
-		d.FirmwareVersion, _ = r.word(filepath.Join(dir, "fw_ver"))
-		d.BoardID, _ = r.word(filepath.Join(dir, "board_id"))
-		ports, err := os.ReadDir(filepath.Join(dir, portsDir))
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // gone during the scan
+		listed[e.Name()] = true
+		sd, ok := r.static[e.Name()]
+		if !ok {
+			if sd, err = r.readStatic(dir, e.Name()); err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // gone during the scan
+				}
+				return nil, err
 			}
-			return nil, err
+			r.static[e.Name()] = sd
 		}
-		for _, pe := range ports {
-			n, err := strconv.Atoi(pe.Name())
-			if err != nil {
-				continue
-			}
-			p, ok := r.port(dir, d.Name, n, counters)
-			if ok {
+		d := sd.Device
+		d.Ports = make([]Port, 0, len(sd.ports))
+		for _, sp := range sd.ports {
+			if p, ok := r.port(dir, d.Name, sp, counters); ok {
 				d.Ports = append(d.Ports, p)
 			}
 		}
-		slices.SortFunc(d.Ports, func(a, b Port) int { return a.Num - b.Num })
 		out = append(out, d)
+	}
+	for name := range r.static {
+		if !listed[name] {
+			delete(r.static, name)
+		}
 	}
 	return out, nil
 }
 
+// readStatic reads what does not change while a device exists.
+func (r *reader) readStatic(dir, name string) (*staticDevice, error) {
+	sd := &staticDevice{Device: Device{Name: name}}
+	if target, err := filepath.EvalSymlinks(filepath.Join(dir, "device")); err == nil {
+		sd.PCI = filepath.Base(target)
+	}
+	sd.HCAType, _ = r.word(filepath.Join(dir, "hca_type"))
+	sd.FirmwareVersion, _ = r.word(filepath.Join(dir, "fw_ver"))
+	sd.BoardID, _ = r.word(filepath.Join(dir, "board_id"))
+	ports, err := os.ReadDir(filepath.Join(dir, portsDir))
+	if err != nil {
+		return nil, err
+	}
+	for _, pe := range ports {
+		n, err := strconv.Atoi(pe.Name())
+		if err != nil {
+			continue
+		}
+		ll, _ := r.word(filepath.Join(dir, portsDir, pe.Name(), "link_layer"))
+		sd.ports = append(sd.ports, staticPort{num: n, linkLayer: ll})
+	}
+	slices.SortFunc(sd.ports, func(a, b staticPort) int { return a.num - b.num })
+	return sd, nil
+}
+
 // port reads one port; false when it went away.
-func (r *reader) port(devDir, device string, num int, counters []string) (Port, bool) {
-	dir := filepath.Join(devDir, portsDir, strconv.Itoa(num))
-	p := Port{Device: device, Num: num}
+func (r *reader) port(devDir, device string, sp staticPort, counters []string) (Port, bool) {
+	dir := filepath.Join(devDir, portsDir, strconv.Itoa(sp.num))
+	p := Port{Device: device, Num: sp.num, LinkLayer: sp.linkLayer}
 	state, err := r.word(filepath.Join(dir, "state"))
 	if err != nil {
 		return p, false
@@ -217,11 +260,12 @@ func (r *reader) port(devDir, device string, num int, counters []string) (Port, 
 		p.RateText = s
 		p.RateGbps, _ = ParseRate(s)
 	}
-	p.LinkLayer, _ = r.word(filepath.Join(dir, "link_layer"))
 	if p.LinkLayer == LinkLayerEthernet {
 		r.netdev(devDir, &p)
 	}
-	p.Counters = make(map[string]uint64, len(counters))
+	if len(counters) > 0 {
+		p.Counters = make(map[string]uint64, len(counters))
+	}
 	for _, c := range counters {
 		v, err := r.uint(filepath.Join(dir, "counters", c))
 		if err != nil {
