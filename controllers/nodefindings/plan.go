@@ -215,16 +215,7 @@ func Properties(s *gpuhealthv1alpha1.NodeInventorySpec) map[gpuhealthv1alpha1.Dr
 	set(gpuhealthv1alpha1.DriftDriver, s.Driver.Version)
 	set(gpuhealthv1alpha1.DriftCUDADriver, s.Driver.CUDAVersion)
 	perGPU := func(p gpuhealthv1alpha1.DriftProperty, get func(*gpuhealthv1alpha1.GPUInventory) string) {
-		seen := map[string]bool{}
-		var vals []string
-		for i := range s.GPUs {
-			if v := get(&s.GPUs[i]); v != "" && !seen[v] {
-				seen[v] = true
-				vals = append(vals, v)
-			}
-		}
-		sort.Strings(vals)
-		set(p, strings.Join(vals, ", "))
+		set(p, distinct(s.GPUs, get))
 	}
 	perGPU(gpuhealthv1alpha1.DriftVBIOS, func(g *gpuhealthv1alpha1.GPUInventory) string { return g.VBIOS })
 	perGPU(gpuhealthv1alpha1.DriftInfoROM, func(g *gpuhealthv1alpha1.GPUInventory) string { return g.InfoROM })
@@ -238,17 +229,14 @@ func Properties(s *gpuhealthv1alpha1.NodeInventorySpec) map[gpuhealthv1alpha1.Dr
 		}
 		return strconv.Itoa(int(g.PowerLimitWatts)) + " W"
 	})
+	// Only the compute fabric's ports: a management NIC may differ.
 	perNIC := func(p gpuhealthv1alpha1.DriftProperty, get func(*gpuhealthv1alpha1.NICInventory) string) {
-		seen := map[string]bool{}
-		var vals []string
-		for i := range s.NICs {
-			if v := get(&s.NICs[i]); v != "" && s.NICs[i].Compute && !seen[v] {
-				seen[v] = true
-				vals = append(vals, v)
+		set(p, distinct(s.NICs, func(n *gpuhealthv1alpha1.NICInventory) string {
+			if !n.Compute {
+				return ""
 			}
-		}
-		sort.Strings(vals)
-		set(p, strings.Join(vals, ", "))
+			return get(n)
+		}))
 	}
 	perNIC(gpuhealthv1alpha1.DriftNICFirmware, func(n *gpuhealthv1alpha1.NICInventory) string { return n.Firmware })
 	perNIC(gpuhealthv1alpha1.DriftNICRate, func(n *gpuhealthv1alpha1.NICInventory) string { return n.Rate })
@@ -261,6 +249,21 @@ func Properties(s *gpuhealthv1alpha1.NodeInventorySpec) map[gpuhealthv1alpha1.Dr
 		}
 	}
 	return out
+}
+
+// distinct is the distinct non-empty values get gives of items, sorted and
+// joined: one value per node for a property of each GPU or port.
+func distinct[T any](items []T, get func(*T) string) string {
+	seen := map[string]bool{}
+	var vals []string
+	for i := range items {
+		if v := get(&items[i]); v != "" && !seen[v] {
+			seen[v] = true
+			vals = append(vals, v)
+		}
+	}
+	sort.Strings(vals)
+	return strings.Join(vals, ", ")
 }
 
 // severityFor is the severity that makes the built-in judgement give the

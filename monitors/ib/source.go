@@ -247,18 +247,12 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 		}
 		return monitors.Unavailable("reading %s: %v", sc.classRoot(), err)
 	}
-	ticker := sc.clock.NewTicker(sc.interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C():
-		}
+	monitors.Every(ctx, sc.clock, sc.interval, func() {
 		if err := sc.scan(report); err != nil {
 			sc.log.Error(err, "Reading the RDMA devices failed; judging every port gone", "sysRoot", sc.sysRoot)
 		}
-	}
+	})
+	return nil
 }
 
 // scanner is the state of one Run.

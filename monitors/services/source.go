@@ -249,18 +249,12 @@ func (s *Source) Run(ctx context.Context, report monitors.Reporter) error {
 	if err := sc.scan(report); err != nil {
 		return sc.unavailable(err)
 	}
-	ticker := sc.clock.NewTicker(sc.interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C():
-		}
+	monitors.Every(ctx, sc.clock, sc.interval, func() {
 		if err := sc.scan(report); err != nil {
 			sc.log.Error(err, "Reading the host's processes failed; skipping this scan", "procRoot", sc.procRoot)
 		}
-	}
+	})
+	return nil
 }
 
 // scanner is the state of one Run.
