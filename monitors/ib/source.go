@@ -129,10 +129,12 @@ const (
 //     interface not up, for DownGrace; or a port that was there and is gone.
 //     Its node's multi-node jobs are broken: quarantine, and recertify
 //     once the port is back (Action None: a reboot does not mend a cable).
-//   - PortFlapping (Fatal): MaxFlaps downs within FlapWindow, counted from
-//     the scans' view, the port's link_downed counter and a RoCE
-//     interface's carrier_changes (two per flap), whichever saw more — a
-//     link down and up between two scans is still counted.
+//   - PortFlapping (Fatal): MaxFlaps downs within FlapWindow. A scan
+//     counts a down when it sees the port go down, or more when a RoCE
+//     interface's carrier_changes (a down and an up each) say so; each
+//     read of the port's link_downed counter adds the downs it counts
+//     beyond those the scans saw since the last read — so a link down and
+//     up between two scans is counted, and none twice.
 //   - RateDegraded (Degraded): up at less than the expected rate for
 //     RateGrace. The expected rate is ExpectedRates for the adapter's
 //     hca_type, else ExpectedRateGbps, else the highest rate among the
@@ -150,10 +152,12 @@ const (
 //     on the PCI bus without an RDMA device while other functions have
 //     one. Not judged when no RDMA device exists at all (no RDMA driver).
 //
-// Which ports are the compute fabric: every InfiniBand port, plus the ports
-// of devices matched by Devices (patterns of device names or PCI addresses,
-// path.Match syntax: mlx5_*), minus those matched by Exclude. Other ports
-// (a management NIC) are exported as metrics and never reported.
+// Which ports are the compute fabric: every InfiniBand port of a physical
+// PCI function, plus the ports of devices matched by Devices (patterns of
+// device names or PCI addresses, path.Match syntax: mlx5_*), minus those
+// matched by Exclude. Other ports (a management NIC; an SR-IOV virtual
+// function or a sub-function, which come and go with the pods they are
+// given to) are exported as metrics and never reported.
 //
 // When a run starts it resolves PortDown and PortFlapping of each compute
 // port it finds healthy, so a condition left open by an earlier run (the
@@ -226,7 +230,9 @@ func (s *Source) Resolve(pci, netdev string) (device string, compute, ok bool) {
 	defer s.mu.Unlock()
 	for i := range s.status {
 		p := &s.status[i]
-		if pci != "" && p.PCI == pci || netdev != "" && p.Netdev == netdev {
+		// A PCI address names the function on the host; an interface
+		// name only within a network namespace, so it is the fallback.
+		if pci != "" && p.PCI == pci || pci == "" && netdev != "" && p.Netdev == netdev {
 			device, ok = p.Device, true
 			compute = compute || p.Compute
 		}
@@ -277,6 +283,9 @@ type scanner struct {
 	pciMissing map[string]bool
 	// countersAt is when the counters were last read.
 	countersAt time.Time
+	// shortSince is when fewer adapters than ExpectedDevices were first
+	// seen; zero while there are enough.
+	shortSince time.Time
 	series     series
 }
 
@@ -291,6 +300,9 @@ type portState struct {
 	// until read).
 	linkDowned, carrier       uint64
 	hasLinkDowned, hasCarrier bool
+	// seenDowns are the downs the scans (and carrier changes) counted
+	// since link_downed was last read.
+	seenDowns int
 	// slowSince is when the port was first seen up below its expected
 	// rate; zero while it is not.
 	slowSince time.Time
@@ -357,7 +369,10 @@ func (s *Source) compute(d *Device, p *Port) bool {
 	if matches(s.Exclude, d) {
 		return false
 	}
-	return p.LinkLayer == LinkLayerInfiniBand || matches(s.Devices, d)
+	if matches(s.Devices, d) {
+		return true
+	}
+	return p.LinkLayer == LinkLayerInfiniBand && d.Physical
 }
 
 // scan reads the devices once, judges the compute ports, publishes the
@@ -451,24 +466,33 @@ func (sc *scanner) observe(now time.Time, st *PortStatus, report monitors.Report
 		sc.ports[st.ID()] = ps
 	}
 	up := st.Up()
-	// Downs since the last scan: the scans' own view, the port's
-	// link_downed counter and a RoCE interface's carrier changes (a down
-	// and an up each), whichever saw more.
+	// Downs since the last scan: the scans' own view, and a RoCE
+	// interface's carrier changes, which cover the same interval (a down
+	// and an up each: after a scan that saw the port up, the first change
+	// is a down), whichever saw more.
 	downs := 0
 	if known && ps.up && !up {
 		downs = 1
 	}
-	if v, ok := st.Counters[counterLinkDowned]; ok {
-		if ps.hasLinkDowned && v > ps.linkDowned {
-			downs = max(downs, int(min(v-ps.linkDowned, 1000)))
-		}
-		ps.linkDowned, ps.hasLinkDowned = v, true
-	}
 	if st.HasCarrier {
 		if ps.hasCarrier && st.CarrierChanges > ps.carrier {
-			downs = max(downs, int(min((st.CarrierChanges-ps.carrier+1)/2, 1000)))
+			changes := min(st.CarrierChanges-ps.carrier, 2000)
+			if ps.up {
+				changes++
+			}
+			downs = max(downs, int(changes/2))
 		}
 		ps.carrier, ps.hasCarrier = st.CarrierChanges, true
+	}
+	ps.seenDowns += downs
+	// The port's link_downed counter, read every DefaultCounterInterval,
+	// counts every down since its last read, also those no scan saw: the
+	// downs it counts beyond those the scans saw since then are added.
+	if v, ok := st.Counters[counterLinkDowned]; ok {
+		if ps.hasLinkDowned && v > ps.linkDowned {
+			downs += max(0, int(min(v-ps.linkDowned, 1000))-ps.seenDowns)
+		}
+		ps.linkDowned, ps.hasLinkDowned, ps.seenDowns = v, true, 0
 	}
 	for range downs {
 		ps.downs = append(ps.downs, now)
@@ -497,7 +521,7 @@ func (sc *scanner) observe(now time.Time, st *PortStatus, report monitors.Report
 	flap.Message = fmt.Sprintf("%s port %s (%s) went down %d times within %s (%d or more is flapping); now %s", describe(st), st.ID(), st.LinkLayer, len(ps.downs), sc.flapWindow, sc.maxFlaps, stateOf(st))
 	isDown := !up && now.Sub(ps.downSince) >= sc.downGrace
 	isFlapping := len(ps.downs) >= sc.maxFlaps
-	if sc.first && !isDown && !isFlapping {
+	if sc.first && up && !isFlapping {
 		// Close what an earlier run may have left open (see Source).
 		for _, f := range []monitors.Finding{down, flap} {
 			f.Resolved, f.Time = true, now
@@ -563,7 +587,16 @@ func (sc *scanner) judgeDevices(now time.Time, devs []Device, computeDevs map[st
 			Message: fmt.Sprintf("%d adapters with a compute port (%s), %d expected", len(computeDevs),
 				strings.Join(slices.Sorted(maps.Keys(computeDevs)), ", "), want),
 		}
-		sc.tracker.Set(now, f, len(computeDevs) < want, report)
+		short := len(computeDevs) < want
+		switch {
+		case !short:
+			sc.shortSince = time.Time{}
+		case sc.shortSince.IsZero():
+			sc.shortSince = now
+		}
+		// A firmware reset or a driver's health recovery unregisters
+		// the device for a moment: missing for DownGrace, as a port.
+		sc.tracker.Set(now, f, short && now.Sub(sc.shortSince) >= sc.downGrace, report)
 	}
 	if !sc.pciAt.IsZero() && now.Sub(sc.pciAt) < DefaultPCIInterval {
 		return

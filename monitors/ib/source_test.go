@@ -166,7 +166,7 @@ func TestDownsBetweenScansAreCountedFromTheCounters(t *testing.T) {
 	g.Expect(r.sc.ports["mlx5_0/1"].downs).To(HaveLen(2))
 
 	// Four more carrier changes on the RoCE interface: two flaps.
-	r.must(ibfake.SetNetdev(r.root, roce, true, 6))
+	r.must(ibfake.SetCarrierChanges(r.root, roce, 6))
 	r.step(time.Second)
 	g.Expect(r.take()).To(Equal([]string{"PortFlapping mlx5_4/1"}))
 
@@ -174,7 +174,7 @@ func TestDownsBetweenScansAreCountedFromTheCounters(t *testing.T) {
 	r.step(DefaultFlapWindow)
 	r.take()
 	r.must(ibfake.SetCounter(r.root, "mlx5_0", 1, "link_downed", 0))
-	r.must(ibfake.SetNetdev(r.root, roce, true, 0))
+	r.must(ibfake.SetCarrierChanges(r.root, roce, 0))
 	r.step(time.Second)
 	g.Expect(r.take()).To(BeEmpty())
 }
@@ -185,11 +185,87 @@ func TestARoCEInterfaceDownIsAPortDown(t *testing.T) {
 	r := newRig(t, &Source{Devices: []string{roce.PCI}}, roce)
 	r.step(0)
 	r.take()
-	r.must(ibfake.SetNetdev(r.root, roce, false, 3))
+	r.must(ibfake.SetNetdev(r.root, roce, false))
 	r.step(time.Second)
 	r.step(DefaultDownGrace)
 	g.Expect(r.take()).To(ConsistOf("PortDown mlx5_4/1"))
 	g.Expect(r.last("PortDown").Message).To(ContainSubstring("ACTIVE/LinkUp, ens4np0 not up"))
+	r.must(ibfake.SetNetdev(r.root, roce, true))
+	for range 20 {
+		r.step(time.Second)
+	}
+	g.Expect(r.take()).To(Equal([]string{"PortDown mlx5_4/1 resolved"}), "one down and up is no flap")
+}
+
+// TestOneBounceIsNotAFlap: a link down for a few seconds and back, as the
+// kernel counts it (link_downed one more, a RoCE interface's carrier
+// changes one down and one up), is one down, seen by a scan and by the
+// counters: never counted twice, never flapping.
+func TestOneBounceIsNotAFlap(t *testing.T) {
+	g := NewWithT(t)
+	roce := ibfake.RoCE(4)
+	r := newRig(t, &Source{Devices: []string{"mlx5_4"}}, ibfake.InfiniBand(0), roce)
+	r.step(0)
+	r.take()
+	r.must(ibfake.SetPort(r.root, "mlx5_0", 1, false))
+	r.must(ibfake.SetNetdev(r.root, roce, false))
+	r.step(time.Second)
+	r.step(2 * time.Second)
+	r.must(ibfake.SetPort(r.root, "mlx5_0", 1, true))
+	r.must(ibfake.SetNetdev(r.root, roce, true))
+	for range 30 { // past two counter reads
+		r.step(time.Second)
+	}
+	g.Expect(r.take()).To(BeEmpty())
+	g.Expect(r.sc.ports["mlx5_0/1"].downs).To(HaveLen(1))
+	g.Expect(r.sc.ports["mlx5_4/1"].downs).To(HaveLen(1))
+
+	// Down and up between two scans: the counters count it, once.
+	r.must(ibfake.SetPort(r.root, "mlx5_0", 1, false))
+	r.must(ibfake.SetPort(r.root, "mlx5_0", 1, true))
+	r.must(ibfake.SetNetdev(r.root, roce, false))
+	r.must(ibfake.SetNetdev(r.root, roce, true))
+	for range 11 {
+		r.step(time.Second)
+	}
+	g.Expect(r.take()).To(ConsistOf("PortFlapping mlx5_0/1", "PortFlapping mlx5_4/1"), "the second down within the window")
+	g.Expect(r.sc.ports["mlx5_0/1"].downs).To(HaveLen(2))
+	g.Expect(r.sc.ports["mlx5_4/1"].downs).To(HaveLen(2))
+}
+
+// TestAStartSeesWhatIsDownAsDown: a new run closes what an earlier one
+// left open only for ports it finds up.
+func TestAStartSeesWhatIsDownAsDown(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	r := &rig{t: t, root: root, clock: clocktesting.NewFakeClock(t0)}
+	r.must(ibfake.Write(root, ibfake.InfiniBand(0), ibfake.InfiniBand(1)))
+	r.must(ibfake.SetPort(root, "mlx5_1", 1, false))
+	r.sc = (&Source{SysRoot: root, Clock: r.clock}).newScanner(logr.Discard())
+	r.step(0)
+	g.Expect(r.take()).To(ConsistOf("PortDown mlx5_0/1 resolved", "PortFlapping mlx5_0/1 resolved"))
+	r.step(DefaultDownGrace)
+	g.Expect(r.take()).To(Equal([]string{"PortDown mlx5_1/1"}))
+}
+
+// TestVirtualFunctionsAreNotTheFabric: an SR-IOV virtual function's port
+// comes and goes with the pod it is given to: never judged, unless named.
+func TestVirtualFunctionsAreNotTheFabric(t *testing.T) {
+	g := NewWithT(t)
+	vf := ibfake.InfiniBand(3)
+	vf.VF = true
+	r := newRig(t, &Source{}, ibfake.InfiniBand(0), vf)
+	r.step(0)
+	g.Expect(r.take()).To(ConsistOf("PortDown mlx5_0/1 resolved", "PortFlapping mlx5_0/1 resolved"))
+	g.Expect(r.sc.src.Status()[1].Compute).To(BeFalse())
+	r.must(ibfake.Unbind(r.root, "mlx5_3"))
+	r.step(DefaultDownGrace + time.Second)
+	r.step(2 * DefaultPCIInterval)
+	g.Expect(r.take()).To(BeEmpty(), "a VF gone (to a pod's network namespace) is no finding, nor missing from the PCI bus")
+
+	named := newRig(t, &Source{Devices: []string{"mlx5_3"}}, ibfake.InfiniBand(0), vf)
+	named.step(0)
+	g.Expect(named.sc.src.Status()[1].Compute).To(BeTrue(), "a VF named in Devices is judged")
 }
 
 func TestAManagementPortNeverReportsAnything(t *testing.T) {
@@ -289,10 +365,10 @@ func TestAnAdapterThatGoesAwayIsDownAndMissing(t *testing.T) {
 	r.take()
 	r.must(ibfake.Unbind(r.root, "mlx5_1"))
 	r.step(time.Second)
-	g.Expect(r.take()).To(Equal([]string{"HCAMissing "}))
-	g.Expect(r.last("HCAMissing").Message).To(Equal("1 adapters with a compute port (mlx5_0), 2 expected"))
+	g.Expect(r.take()).To(BeEmpty(), "a firmware reset unregisters the device for a moment")
 	r.step(DefaultDownGrace)
-	g.Expect(r.take()).To(Equal([]string{"PortDown mlx5_1/1"}))
+	g.Expect(r.take()).To(ConsistOf("HCAMissing ", "PortDown mlx5_1/1"))
+	g.Expect(r.last("HCAMissing").Message).To(Equal("1 adapters with a compute port (mlx5_0), 2 expected"))
 	g.Expect(r.last("PortDown").Message).To(ContainSubstring("gone from sysfs"))
 	// The PCI bus still has its function: missing at two comparisons.
 	r.step(DefaultPCIInterval)

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,6 +95,10 @@ type Device struct {
 	// HCAType, FirmwareVersion and BoardID are hca_type (MT4129), fw_ver
 	// and board_id.
 	HCAType, FirmwareVersion, BoardID string
+	// Physical is true for a PCI physical function: not an SR-IOV virtual
+	// function (its PCI device has a physfn link) nor a sub-function or
+	// other non-PCI device.
+	Physical bool
 	// Ports are its ports in port order.
 	Ports []Port
 }
@@ -195,12 +199,15 @@ func (r *reader) scan(sysRoot string, counters []string) ([]Device, error) {
 		sd, ok := r.static[e.Name()]
 		if !ok {
 			if sd, err = r.readStatic(dir, e.Name()); err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					continue // gone during the scan
-				}
-				return nil, err
+				// Gone during the scan, or unreadable: judged as not
+				// there (its ports, if known, as gone), the others go on.
+				continue
 			}
-			r.static[e.Name()] = sd
+			if sd.complete() {
+				// Kept only once probed: a device seen mid-probe,
+				// before its ports, is read again next scan.
+				r.static[e.Name()] = sd
+			}
 		}
 		d := sd.Device
 		d.Ports = make([]Port, 0, len(sd.ports))
@@ -219,11 +226,27 @@ func (r *reader) scan(sysRoot string, counters []string) ([]Device, error) {
 	return out, nil
 }
 
+// pciAddress is a PCI function's name in sysfs (domain:bus:device.function).
+var pciAddress = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+
+// complete says whether a device was read after its driver finished
+// probing it: it has ports, each with a link layer.
+func (sd *staticDevice) complete() bool {
+	for _, p := range sd.ports {
+		if p.linkLayer == "" {
+			return false
+		}
+	}
+	return len(sd.ports) > 0
+}
+
 // readStatic reads what does not change while a device exists.
 func (r *reader) readStatic(dir, name string) (*staticDevice, error) {
 	sd := &staticDevice{Device: Device{Name: name}}
 	if target, err := filepath.EvalSymlinks(filepath.Join(dir, "device")); err == nil {
 		sd.PCI = filepath.Base(target)
+		_, vf := os.Lstat(filepath.Join(target, pciPhysicalFunction))
+		sd.Physical = pciAddress.MatchString(sd.PCI) && vf != nil
 	}
 	sd.HCAType, _ = r.word(filepath.Join(dir, "hca_type"))
 	sd.FirmwareVersion, _ = r.word(filepath.Join(dir, "fw_ver"))

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // HCA is one adapter function with one port.
@@ -31,6 +32,9 @@ type HCA struct {
 	HCAType, Firmware string
 	// Netdev is an Ethernet port's interface name.
 	Netdev string
+	// VF makes it an SR-IOV virtual function (its PCI function has a
+	// physfn link), as a VF handed to a pod shows on the host.
+	VF bool
 }
 
 // CX7 is ConnectX-7's hca_type.
@@ -110,13 +114,19 @@ func write(root string, h HCA) error {
 			return err
 		}
 	}
-	if err := SetPort(root, h.Name, 1, true); err != nil {
-		return err
+	for _, f := range []string{"state", "phys_state"} {
+		if err := writeFile(filepath.Join(port, f), map[string]string{"state": "4: ACTIVE", "phys_state": "5: LinkUp"}[f]); err != nil {
+			return err
+		}
 	}
-	for link, target := range map[string]string{
+	links := map[string]string{
 		filepath.Join(root, "bus", "pci", "devices", h.PCI): fn,
 		filepath.Join(dev, "device"):                        fn,
-	} {
+	}
+	if h.VF {
+		links[filepath.Join(fn, "physfn")] = filepath.Join(root, "devices", "pci0000:00", "0000:00:00.0")
+	}
+	for link, target := range links {
 		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
 			return err
 		}
@@ -132,17 +142,37 @@ func write(root string, h HCA) error {
 }
 
 // SetPort sets a port ACTIVE and LinkUp, or DOWN and Polling (a cable
-// pulled, the far end gone).
+// pulled, the far end gone). A port that goes from up to down counts one
+// more in link_downed, as the kernel's LinkDownedCounter does.
 func SetPort(root, device string, port int, up bool) error {
 	state, phys := "4: ACTIVE", "5: LinkUp"
 	if !up {
 		state, phys = "1: DOWN", "2: Polling"
 	}
 	dir := portDir(root, device, port)
+	was, _ := os.ReadFile(filepath.Join(dir, "state"))
+	if !up && strings.TrimSpace(string(was)) == "4: ACTIVE" {
+		if err := bump(filepath.Join(dir, "counters", "link_downed")); err != nil {
+			return err
+		}
+	}
 	if err := writeFile(filepath.Join(dir, "state"), state); err != nil {
 		return err
 	}
 	return writeFile(filepath.Join(dir, "phys_state"), phys)
+}
+
+// bump adds one to a counter file.
+func bump(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return err
+	}
+	return writeFile(path, strconv.FormatUint(v+1, 10))
 }
 
 // SetRate sets a port's rate file.
@@ -162,17 +192,30 @@ func SetCounter(root, device string, port int, name string, v uint64) error {
 	return writeFile(filepath.Join(portDir(root, device, port), sub, name), strconv.FormatUint(v, 10))
 }
 
-// SetNetdev sets a RoCE adapter's interface operstate and carrier_changes.
-func SetNetdev(root string, h HCA, up bool, carrierChanges uint64) error {
+// SetNetdev sets a RoCE adapter's interface operstate; a change counts one
+// carrier change, as the kernel's carrier_changes does.
+func SetNetdev(root string, h HCA, up bool) error {
 	nd := filepath.Join(root, "devices", "pci0000:00", h.PCI, "net", h.Netdev)
 	op := "down"
 	if up {
 		op = "up"
 	}
-	if err := writeFile(filepath.Join(nd, "operstate"), op); err != nil {
+	was, err := os.ReadFile(filepath.Join(nd, "operstate"))
+	if err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(nd, "carrier_changes"), strconv.FormatUint(carrierChanges, 10))
+	if strings.TrimSpace(string(was)) != op {
+		if err := bump(filepath.Join(nd, "carrier_changes")); err != nil {
+			return err
+		}
+	}
+	return writeFile(filepath.Join(nd, "operstate"), op)
+}
+
+// SetCarrierChanges sets a RoCE interface's carrier_changes, for downs and
+// ups no scan saw.
+func SetCarrierChanges(root string, h HCA, v uint64) error {
+	return writeFile(filepath.Join(root, "devices", "pci0000:00", h.PCI, "net", h.Netdev, "carrier_changes"), strconv.FormatUint(v, 10))
 }
 
 // Unbind removes an adapter's RDMA device, as a driver that let go of it
