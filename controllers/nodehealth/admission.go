@@ -78,6 +78,13 @@ func (r *Reconciler) admit(ctx context.Context, o *observation, p *plan) (*ticke
 		t.reserved = view.allowed && view.enabled
 		o.breaker = view
 		if !view.allowed {
+			// No quarantine this pass: the group's slot goes back now
+			// (the pass still writes the node's status, which keeps
+			// what the ticket holds).
+			if t.networkKey != "" {
+				r.Breaker.Undo(t.networkKey, t.at)
+				t.networkKey = ""
+			}
 			p = decide(o)
 		}
 	}

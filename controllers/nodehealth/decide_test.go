@@ -1,6 +1,7 @@
 package nodehealth
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
+	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
 	"github.com/gpuhealth/gpuhealth/remediation/drain"
 	"github.com/gpuhealth/gpuhealth/remediation/fsm"
@@ -1056,4 +1058,45 @@ func TestHeldAlready(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { NewWithT(t).Expect(heldAlready(&tc.st)).To(Equal(tc.want)) })
 	}
+}
+
+// TestARefusedQuarantineGivesBackItsNetworkSlot: a NIC-only quarantine takes
+// a slot of its group's network breaker first; when the policy's breaker
+// then refuses it (another node took the last slot since the peek), the
+// node is held and the group's slot is given back, though the pass still
+// writes the node's status.
+func TestARefusedQuarantineGivesBackItsNetworkSlot(t *testing.T) {
+	g := NewWithT(t)
+	r := &Reconciler{Breaker: breaker.New()}
+	settings := breaker.Settings{Limit: 1, Window: 10 * time.Minute, CoolDown: 30 * time.Minute}
+	const key = "p/network/"
+	o := obs(finding(func(ev *gpuhealthv1alpha1.NodeHealthEvent) {
+		ev.Spec.Source, ev.Spec.Check, ev.Spec.Code = gpuhealthv1alpha1.SourceIB, gpuhealthv1alpha1.CheckNIC, "PortDown"
+	}), func(o *observation) {
+		o.breaker = &breakerView{allowed: true, enabled: true, settings: settings}
+		o.network = &networkView{breakerView: breakerView{allowed: true, enabled: true, settings: breaker.Settings{Limit: 3, Window: 10 * time.Minute, CoolDown: 30 * time.Minute}}, key: key, group: "g"}
+	})
+	r.Breaker.Seed("p", []time.Time{t0.Add(-time.Minute)}, "", time.Time{}) // the last slot, taken since the peek
+	r.Breaker.Seed(key, nil, "", time.Time{})
+	p := decide(o)
+	g.Expect(p.reserveNetwork).To(BeTrue())
+	g.Expect(p.reserveBreaker).To(BeTrue())
+	tk, p := r.admit(context.Background(), o, p)
+	g.Expect(p.reserveBreaker).To(BeFalse(), "held")
+	g.Expect(o.nh.Status.Phase).To(Equal(healthy))
+	tk.wrote("n", &o.nh.Status)
+	tk.release()
+	g.Expect(r.Breaker.Peek(key, o.network.settings, t0).InWindow).To(BeZero(), "the group's slot went back")
+
+	// Granted by both, the quarantine keeps both slots.
+	r2 := &Reconciler{Breaker: breaker.New()}
+	r2.Breaker.Seed("p", nil, "", time.Time{})
+	r2.Breaker.Seed(key, nil, "", time.Time{})
+	o.network.allowed, o.breaker = true, &breakerView{allowed: true, enabled: true, settings: settings}
+	tk, p = r2.admit(context.Background(), o, decide(o))
+	g.Expect(p.reserveBreaker).To(BeTrue())
+	tk.wrote("n", &o.nh.Status)
+	tk.release()
+	g.Expect(r2.Breaker.Peek(key, o.network.settings, t0).InWindow).To(Equal(1))
+	g.Expect(r2.Breaker.Peek("p", settings, t0).InWindow).To(Equal(1))
 }
