@@ -297,10 +297,13 @@ func TestMonitorHostMounts(t *testing.T) {
 	// The host's processes and package database, read-only, always; the
 	// host's IMEX configuration only when named.
 	c, vols = pod()
-	g.Expect(fmt.Sprint(c["volumeMounts"])).To(And(ContainSubstring("mountPath:/host/proc name:host-proc readOnly:true"),
+	g.Expect(fmt.Sprint(c["volumeMounts"])).To(And(ContainSubstring("mountPath:/host/proc name:host-proc readOnly:true recursiveReadOnly:IfPossible"),
 		ContainSubstring("mountPath:/host/var/lib/dpkg name:host-dpkg readOnly:true"),
-		ContainSubstring("mountPath:/host/sys name:host-sys readOnly:true")))
-	g.Expect(vols).To(ContainSubstring("hostPath:map[path:/sys type:Directory] name:host-sys"))
+		ContainSubstring("mountPath:/host/sys/class name:host-sys-class readOnly:true"),
+		ContainSubstring("mountPath:/host/sys/bus name:host-sys-bus readOnly:true"),
+		ContainSubstring("mountPath:/host/sys/devices name:host-sys-devices readOnly:true")))
+	g.Expect(vols).To(And(ContainSubstring("hostPath:map[path:/sys/devices type:Directory] name:host-sys-devices"),
+		Not(ContainSubstring("path:/sys type:"))), "never the whole /sys: its submounts (cgroup2, bpffs) are writable through a read-only mount")
 	g.Expect(vols).NotTo(ContainSubstring("host-imex-config"))
 	c, vols = pod("--set", "monitor.hostIMEXConfig=/etc/nvidia-imex")
 	g.Expect(fmt.Sprint(c["volumeMounts"])).To(ContainSubstring("mountPath:/host/etc/nvidia-imex name:host-imex-config readOnly:true"))
