@@ -31,7 +31,7 @@ var env *framework.Env
 // Everything else is the sample as shipped.
 const e2ePolicy = `{"spec":{
   "certification":{"newNodes":false,"backoff":"2s","steps":` + kwokStep + `},
-  "recertification":{"soakWindow":"3s","backoff":"2s","maxAttempts":2,"steps":` + kwokStep + `},
+  "recertification":{"soakWindow":"1s","backoff":"2s","maxAttempts":2,"steps":` + kwokStep + `},
   "remediation":{"diagnostics":null,"rebootNode":{"timeout":"2m"},"resetGPU":{"timeout":"2m"}},
   "circuitBreaker":{"enabled":false},
   "computeDomain":{"singleReportTaintsClique":true},
