@@ -39,7 +39,7 @@ var (
 	}, []string{labelDevice, labelPort})
 	counterRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gpuhealth_monitor_nic_error_rate",
-		Help: "A compute port's judged error counter's rate per second over the counter window (absent until two samples).",
+		Help: "A compute port's judged error counter's rate per second over the counter window, while it is above zero (absent otherwise).",
 	}, []string{labelDevice, labelPort, labelCounter})
 )
 
@@ -100,7 +100,11 @@ func (sc *scanner) publishMetrics(statuses []PortStatus) {
 		}
 		s.set(portDowns, float64(len(ps.downs)), st.Device, port)
 		for name, rate := range ps.rateNow {
-			s.set(counterRate, rate, st.Device, port, name)
+			// Only counters that rose: a healthy node's eight
+			// zeros per port would be most of its NIC series.
+			if rate > 0 {
+				s.set(counterRate, rate, st.Device, port, name)
+			}
 		}
 	}
 	s.flush()

@@ -11,6 +11,8 @@ import (
 
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -423,4 +425,24 @@ func FuzzParseRate(f *testing.F) {
 			t.Fatalf("ParseRate(%q) = %v", s, v)
 		}
 	})
+}
+
+// TestErrorRateSeriesOnlyWhileCounting: a port's error-rate series exist
+// only while the counter rises; the others are exported for every port.
+func TestErrorRateSeriesOnlyWhileCounting(t *testing.T) {
+	g := NewWithT(t)
+	for _, v := range []*prometheus.GaugeVec{portUp, portRate, portExpectedRate, portDowns, counterRate} {
+		v.Reset() // the other tests' scanners left theirs
+	}
+	r := newRig(t, &Source{}, ibfake.InfiniBand(0), ibfake.InfiniBand(1))
+	r.step(0)
+	r.step(DefaultCounterInterval)
+	g.Expect(testutil.CollectAndCount(counterRate)).To(BeZero(), "no counter rose")
+	g.Expect(testutil.CollectAndCount(portUp)).To(Equal(2))
+	r.must(ibfake.SetCounter(r.root, "mlx5_1", 1, "symbol_error", 5))
+	r.step(DefaultCounterInterval)
+	g.Expect(testutil.CollectAndCount(counterRate)).To(Equal(1))
+	g.Expect(testutil.ToFloat64(counterRate.WithLabelValues("mlx5_1", "1", "symbol_error"))).To(BeNumerically(">", 0))
+	r.step(DefaultCounterWindow + DefaultCounterInterval)
+	g.Expect(testutil.CollectAndCount(counterRate)).To(BeZero(), "gone once the window holds no rise")
 }
