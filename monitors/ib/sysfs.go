@@ -14,7 +14,7 @@ import (
 
 // The kernel's RDMA sysfs tree (Documentation/ABI/stable/sysfs-class-infiniband):
 // /sys/class/infiniband/<device>/ holds the adapter's attributes (hca_type,
-// fw_ver, board_id, a device link to its PCI function) and ports/<n>/ each
+// fw_ver, a device link to its PCI function) and ports/<n>/ each
 // port's. The port attributes read here:
 //
 //	state       "4: ACTIVE"        logical state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER
@@ -92,9 +92,8 @@ type Device struct {
 	// PCI is its PCI function's address (0000:c1:00.0), "" when the device
 	// link is not a PCI device.
 	PCI string
-	// HCAType, FirmwareVersion and BoardID are hca_type (MT4129), fw_ver
-	// and board_id.
-	HCAType, FirmwareVersion, BoardID string
+	// HCAType and FirmwareVersion are hca_type (MT4129) and fw_ver.
+	HCAType, FirmwareVersion string
 	// Physical is true for a PCI physical function: not an SR-IOV virtual
 	// function (its PCI device has a physfn link) nor a sub-function or
 	// other non-PCI device.
@@ -250,7 +249,6 @@ func (r *reader) readStatic(dir, name string) (*staticDevice, error) {
 	}
 	sd.HCAType, _ = r.word(filepath.Join(dir, "hca_type"))
 	sd.FirmwareVersion, _ = r.word(filepath.Join(dir, "fw_ver"))
-	sd.BoardID, _ = r.word(filepath.Join(dir, "board_id"))
 	ports, err := os.ReadDir(filepath.Join(dir, portsDir))
 	if err != nil {
 		return nil, err
