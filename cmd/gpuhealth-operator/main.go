@@ -306,7 +306,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		Namespace: o.namespace, Outputs: job.LogReader{Clientset: clientset}, JobRules: o.jobRules}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the fabric controller: %w", err)
 	}
-	if err := (&policy.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Breaker: brk, JobRules: o.jobRules}).SetupWithManager(mgr); err != nil {
+	if err := (&policy.Reconciler{Client: mgr.GetClient(), Cache: mgr.GetCache(), Clock: clk, Recorder: recorder, Breaker: brk, JobRules: o.jobRules}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy status controller: %w", err)
 	}
 	gc := &eventgc.Reconciler{Client: mgr.GetClient(), Clock: clk, Retention: o.eventRetention, MaxPerNode: o.maxEventsPerNode}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
@@ -32,6 +34,29 @@ func Register(ctx context.Context, indexer client.FieldIndexer) error {
 	}
 	if err := indexer.IndexField(ctx, &corev1.Node{}, gpuhealthv1alpha1.NodeCliqueField, computedomain.NodeCliques); err != nil {
 		return fmt.Errorf("indexing nodes by clique: %w", err)
+	}
+	return nil
+}
+
+// EachCached calls fn with every cached object of obj's kind, straight from
+// the informer's store: no list is built and no object copied, so fn must
+// only read what it is given. A List through the cache, even with
+// UnsafeDisableDeepCopy, copies every object by value into the list's
+// Items (about 1.4 kB a Node), which for a count over a 5,000-node fleet
+// once a second was most of what a storm allocated.
+func EachCached(ctx context.Context, informers cache.Informers, obj client.Object, fn func(client.Object)) error {
+	inf, err := informers.GetInformer(ctx, obj)
+	if err != nil {
+		return fmt.Errorf("getting the %T informer: %w", obj, err)
+	}
+	s, ok := inf.(interface{ GetStore() toolscache.Store })
+	if !ok {
+		return fmt.Errorf("the cache's %T informer has no store to read", obj)
+	}
+	for _, o := range s.GetStore().List() {
+		if co, ok := o.(client.Object); ok {
+			fn(co)
+		}
 	}
 	return nil
 }

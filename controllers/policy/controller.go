@@ -14,12 +14,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -29,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
+	"github.com/gpuhealth/gpuhealth/controllers/index"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
 	"github.com/gpuhealth/gpuhealth/remediation/job"
@@ -46,6 +50,10 @@ import (
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the apiserver.
 	Client client.Client
+	// Cache is the manager's cache: the counts read its Node and
+	// NodeHealth stores in place (index.EachCached), without the copy of
+	// the fleet a List makes. Nil: they list through Client.
+	Cache cache.Informers
 	// Clock stamps conditions and spaces the counts (a fake clock that never
 	// moves would hold every count after the first).
 	Clock clock.PassiveClock
@@ -193,63 +201,93 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		deleteBudgetMetrics(p.Name)
 		return ctrl.Result{RequeueAfter: breakerRecheck}, r.patch(ctx, before, p)
 	}
-	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing nodes: %w", err)
+	c, err := r.count(ctx, p, sel)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	managed := make(map[string]bool, len(nodes.Items))
-	for i := range nodes.Items {
-		managed[nodes.Items[i].Name] = true
-	}
-	nhs := &gpuhealthv1alpha1.NodeHealthList{}
-	if err := r.Client.List(ctx, nhs, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing nodehealths: %w", err)
-	}
-	phases := map[gpuhealthv1alpha1.NodeHealthPhase]int32{}
-	var unavailable, waiting int32
-	// held are the nodes the open breaker keeps from quarantine.
-	var held []string
-	for i := range nhs.Items {
-		nh := &nhs.Items[i]
-		if !managed[nh.Name] {
-			continue
-		}
-		if ph := nh.Status.Phase; ph != "" {
-			phases[ph]++
-		}
-		if p.Spec.ConsumesBudget(nh.Status.Phase) {
-			unavailable++
-		}
-		if nh.Status.BlockingBudget == gpuhealthv1alpha1.BudgetMaxUnavailable {
-			waiting++
-		}
-		if nh.Status.Reason == gpuhealthv1alpha1.ReasonCircuitBreakerOpen && nh.Status.Phase == gpuhealthv1alpha1.PhaseHealthy {
-			held = append(held, nh.Name)
-		}
-	}
-	sort.Strings(held)
-	p.Status.ManagedNodes = int32(len(managed))
-	p.Status.Phases = phases
-	r.mirrorBreaker(p, len(managed), now)
-	limit, err := budget.Limit(p.Spec.Budgets.MaxUnavailable, len(managed), budget.DefaultMaxUnavailable)
+	p.Status.ManagedNodes = int32(len(c.managed))
+	p.Status.Phases = c.phases
+	r.mirrorBreaker(p, len(c.managed), now)
+	limit, err := budget.Limit(p.Spec.Budgets.MaxUnavailable, len(c.managed), budget.DefaultMaxUnavailable)
 	if err != nil {
 		// The nodehealth controller fails closed on it and says so on each node.
 		log.FromContext(ctx).Error(err, "Resolving maxUnavailable", "RemediationPolicy", klog.KObj(p))
 	}
 	p.Status.Budget = &gpuhealthv1alpha1.BudgetStatus{
 		Limit:       int32(limit),
-		Unavailable: unavailable,
-		Waiting:     waiting,
+		Unavailable: c.unavailable,
+		Waiting:     c.waiting,
 	}
 	setBudgetMetrics(p)
 	p.Status.ObservedGeneration = p.Generation
-	meta.SetStatusCondition(&p.Status.Conditions, readyCondition(p, len(managed), r.JobRules.Breaches(&p.Spec), now))
+	meta.SetStatusCondition(&p.Status.Conditions, readyCondition(p, len(c.managed), r.JobRules.Breaches(&p.Spec), now))
 	if err := r.patch(ctx, before, p); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.budgetEvent(before, p)
-	r.breakerEvent(before, p, held)
+	r.breakerEvent(before, p, c.held)
 	return ctrl.Result{RequeueAfter: breakerRecheck}, nil
+}
+
+// counts are what a policy's status says of its nodes.
+type counts struct {
+	managed              map[string]bool
+	phases               map[gpuhealthv1alpha1.NodeHealthPhase]int32
+	unavailable, waiting int32
+	// held are the nodes the open breaker keeps from quarantine, sorted.
+	held []string
+}
+
+// count counts the nodes sel selects by their NodeHealths, reading the
+// cached objects in place (see Cache).
+func (r *Reconciler) count(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy, sel labels.Selector) (counts, error) {
+	c := counts{managed: map[string]bool{}, phases: map[gpuhealthv1alpha1.NodeHealthPhase]int32{}}
+	err := r.each(ctx, &corev1.Node{}, &corev1.NodeList{}, func(o client.Object) {
+		if sel.Matches(labels.Set(o.GetLabels())) {
+			c.managed[o.GetName()] = true
+		}
+	})
+	if err != nil {
+		return c, fmt.Errorf("listing nodes: %w", err)
+	}
+	err = r.each(ctx, &gpuhealthv1alpha1.NodeHealth{}, &gpuhealthv1alpha1.NodeHealthList{}, func(o client.Object) {
+		nh := o.(*gpuhealthv1alpha1.NodeHealth)
+		if !c.managed[nh.Name] {
+			return
+		}
+		if ph := nh.Status.Phase; ph != "" {
+			c.phases[ph]++
+		}
+		if p.Spec.ConsumesBudget(nh.Status.Phase) {
+			c.unavailable++
+		}
+		if nh.Status.BlockingBudget == gpuhealthv1alpha1.BudgetMaxUnavailable {
+			c.waiting++
+		}
+		if nh.Status.Reason == gpuhealthv1alpha1.ReasonCircuitBreakerOpen && nh.Status.Phase == gpuhealthv1alpha1.PhaseHealthy {
+			c.held = append(c.held, nh.Name)
+		}
+	})
+	if err != nil {
+		return c, fmt.Errorf("listing nodehealths: %w", err)
+	}
+	sort.Strings(c.held)
+	return c, nil
+}
+
+// each calls fn with every object of obj's kind: in place from the cache's
+// store when Cache is set, else from a List through Client into list.
+func (r *Reconciler) each(ctx context.Context, obj client.Object, list client.ObjectList, fn func(client.Object)) error {
+	if r.Cache != nil {
+		return index.EachCached(ctx, r.Cache, obj, fn)
+	}
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return err
+	}
+	return meta.EachListItem(list, func(o runtime.Object) error {
+		fn(o.(client.Object))
+		return nil
+	})
 }
 
 // readyCondition is the policy's Ready condition for a node selector that
