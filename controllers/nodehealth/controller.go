@@ -193,7 +193,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&gpuhealthv1alpha1.NodeHealth{}, handler.EnqueueRequestsFromMapFunc(nodeHealthToNode)).
 		WatchesRawSource(source.Kind(mgr.GetCache(), client.Object(&gpuhealthv1alpha1.NodeHealth{}),
 			handler.EnqueueRequestsFromMapFunc(r.budgetFreedToWaiting), budgetFreed)).
-		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, handler.EnqueueRequestsFromMapFunc(eventToNode), builder.WithPredicates(eventChanged)).
+		Watches(&gpuhealthv1alpha1.NodeHealthEvent{}, findingsFirst{handler.EnqueueRequestsFromMapFunc(eventToNode)}, builder.WithPredicates(eventChanged)).
 		// Workload pods are not cached: each draining node's own pod watch
 		// wakes it. The cached pods are ComputeDomain daemon pods.
 		WatchesRawSource(source.Channel(r.Drainer.Wakeups(), handler.EnqueueRequestsFromMapFunc(nodeHealthToNode))).

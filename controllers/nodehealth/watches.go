@@ -7,9 +7,13 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -173,6 +177,29 @@ func request(node string) []ctrl.Request {
 }
 
 func nodeHealthToNode(_ context.Context, o client.Object) []ctrl.Request { return request(o.GetName()) }
+
+// findingsFirst enqueues, from the informer's initial list after a start,
+// the node of each unresolved finding at the priority of fresh work rather
+// than controller-runtime's LowPriority for initial-list items. A restarted
+// operator lists every node of the fleet at LowPriority; with this the nodes
+// that a finding may take out of service (a raise of the same key's
+// priority in the queue) are passed before the thousands that have nothing
+// to do, so that restart → all fenced grows with the nodes that need it, not
+// with the fleet. Every other event goes through the wrapped handler.
+type findingsFirst struct {
+	handler.EventHandler
+}
+
+// Create raises the initial-list findings' nodes; see findingsFirst.
+func (h findingsFirst) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
+	ev, isEvent := e.Object.(*gpuhealthv1alpha1.NodeHealthEvent)
+	pq, isPriority := q.(priorityqueue.PriorityQueue[ctrl.Request])
+	if !e.IsInInitialList || !isEvent || !isPriority || ev.Status.Resolved || ev.Spec.NodeName == "" {
+		h.EventHandler.Create(ctx, e, q)
+		return
+	}
+	pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(normalPriority)}, request(ev.Spec.NodeName)...)
+}
 
 func eventToNode(_ context.Context, o client.Object) []ctrl.Request {
 	return request(o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName)
