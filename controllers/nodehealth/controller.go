@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -147,7 +149,8 @@ type Reconciler struct {
 	// apiserver's writes go to fences first. Zero: bookkeeping follows each
 	// fence at once, at a lower workqueue priority.
 	StormQuiet time.Duration
-	// StormHoldMax bounds that hold per node. Zero means 10 s.
+	// StormHoldMax bounds that hold per node. Zero means
+	// defaultStormHoldMax.
 	StormHoldMax time.Duration
 
 	admission admission
@@ -163,9 +166,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.Client == nil || r.APIReader == nil || r.HandOff == nil || r.Clock == nil || r.Recorder == nil || r.Drainer == nil || r.Breaker == nil || r.Namespace == "" || r.DriverNamespace == "" {
 		return errors.New("nodehealth.Reconciler needs Client, APIReader, HandOff, Clock, Recorder, Drainer, Breaker, Namespace and DriverNamespace")
 	}
-	r.storm = &stormGate{quiet: r.StormQuiet, maxHold: r.StormHoldMax}
+	// Held write-ups are woken when a storm passes, at their own priority.
+	stormPassed := make(chan event.GenericEvent, 1024)
+	r.storm = &stormGate{quiet: r.StormQuiet, maxHold: r.StormHoldMax, wake: func(node string) {
+		stormPassed <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}}
+	}}
 	if r.storm.maxHold <= 0 {
-		r.storm.maxHold = 10 * time.Second
+		r.storm.maxHold = defaultStormHoldMax
 	}
 	r.snapshots = &snapshotCache{}
 	if err := r.snapshots.watch(ctx, mgr); err != nil {
@@ -197,6 +204,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// Workload pods are not cached: each draining node's own pod watch
 		// wakes it. The cached pods are ComputeDomain daemon pods.
 		WatchesRawSource(source.Channel(r.Drainer.Wakeups(), handler.EnqueueRequestsFromMapFunc(nodeHealthToNode))).
+		WatchesRawSource(source.Channel(stormPassed, atPriority(fencedPriority))).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToNode), builder.WithPredicates(podLeftOrFinished)).
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToNode)).
 		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.budgetToBlockedNodes), builder.WithPredicates(disruptionsFreed)).

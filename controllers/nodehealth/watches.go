@@ -201,6 +201,24 @@ func (h findingsFirst) Create(ctx context.Context, e event.CreateEvent, q workqu
 	pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(normalPriority)}, request(ev.Spec.NodeName)...)
 }
 
+// atPriority enqueues the object's name at priority (the workqueue of a
+// controller with the priority queue, as the operator's are), for wake-ups
+// that must not jump ahead of fresh work.
+func atPriority(priority int) handler.EventHandler {
+	return handler.Funcs{
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
+			req := request(e.Object.GetName())
+			if pq, ok := q.(priorityqueue.PriorityQueue[ctrl.Request]); ok {
+				pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(priority)}, req...)
+				return
+			}
+			for _, r := range req {
+				q.Add(r)
+			}
+		},
+	}
+}
+
 func eventToNode(_ context.Context, o client.Object) []ctrl.Request {
 	return request(o.(*gpuhealthv1alpha1.NodeHealthEvent).Spec.NodeName)
 }
