@@ -13,6 +13,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
+
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
@@ -58,9 +60,10 @@ func main() {
 
 func run() error {
 	var (
-		memLimitRatio float64
-		s             serving
-		o             options
+		memLimitRatio  float64
+		gcWithoutLimit int
+		s              serving
+		o              options
 	)
 	flag.StringVar(&s.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
 	flag.BoolVar(&s.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to scrapers whose bearer token the apiserver authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview); false serves them over plain HTTP to anyone who can reach the port.")
@@ -84,18 +87,23 @@ func run() error {
 	flag.StringVar(&o.jobs.allowedServiceAccounts, "job-allowed-service-accounts", "", "Comma-separated service accounts a policy's Job template may name besides --job-service-account (never gpuhealth-operator or gpuhealth-monitor); empty: none.")
 	flag.StringVar(&o.jobs.privilegedSteps, "job-privileged-steps", string(job.ResetGPU)+","+string(job.RebootNode)+","+string(job.Diagnostics)+","+string(job.DeviceReset), "Comma-separated kinds of Job whose template may be privileged or use the host's PID namespace: cert, recert, reset, reboot, clique, diag, devreset, devcert.")
 	flag.StringVar(&o.jobs.imagePrefixes, "job-image-prefixes", "", "Comma-separated prefixes, each ending in '/', ':' or '@', one of which every image of a policy's Jobs must start with; empty: none, so a policy with any Job is not acted on.")
-	flag.Float64Var(&memLimitRatio, "memory-limit-ratio", 0.9, "The Go runtime's soft memory limit as a share of the container's memory limit ("+memoryLimitEnv+", bytes, which the chart passes from limits.memory): near it the garbage collector runs more often rather than let the process reach the OOM kill; 0 turns it off, and GOMEMLIMIT, when set, wins.")
+	flag.Float64Var(&memLimitRatio, "memory-limit-ratio", 0.9, "The Go runtime's soft memory limit as a share of the container's memory limit ("+memoryLimitEnv+", bytes, which the chart passes from limits.memory; without it the memory limit of the process's cgroup): near it the garbage collector runs more often rather than let the process reach the OOM kill; 0 turns it off, and GOMEMLIMIT, when set, wins.")
+	flag.IntVar(&gcWithoutLimit, "gc-percent-without-limit", 50, "The garbage collector's GOGC when the process has no memory limit (none passed, none in its cgroup, no GOMEMLIMIT): the heap may grow to 1+GOGC/100 times what is live; GOGC in the environment wins, and 0 leaves the runtime's 100.")
 	opts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
-	memLimit, err := softMemoryLimit(os.Getenv, memLimitRatio)
+	memLimit, err := softMemoryLimit(os.Getenv, memLimitRatio, memlimit.FromCgroup)
 	if err != nil {
 		return err
 	}
-	if memLimit > 0 {
-		debug.SetMemoryLimit(memLimit)
-		ctrl.Log.WithName("setup").Info("Soft memory limit set", "bytes", memLimit, "ratio", memLimitRatio, "containerLimit", os.Getenv(memoryLimitEnv))
+	if memLimit.bytes > 0 {
+		debug.SetMemoryLimit(memLimit.bytes)
+		ctrl.Log.WithName("setup").Info("Soft memory limit set", "bytes", memLimit.bytes, "ratio", memLimitRatio, "from", memLimit.from)
+	}
+	if pct := gcPercent(os.Getenv, memLimit, gcWithoutLimit); pct > 0 {
+		debug.SetGCPercent(pct)
+		ctrl.Log.WithName("setup").Info("No memory limit: GOGC set", "percent", pct, "why", memLimit.from)
 	}
 	if o.cdDiscovery <= 0 {
 		return fmt.Errorf("--compute-domain-discovery-interval must be positive, got %s", o.cdDiscovery)
