@@ -80,8 +80,8 @@ func (h *harness) drainRace(ctx context.Context, cancel context.CancelCauseFunc,
 	if out, err := runOut(ctx, kubectl, "version", "--client"); err == nil {
 		res.KubectlVersion = firstLine(string(out))
 	}
-	pods := startPodWatch(h.cs, h.stopCh)
-	if err := h.createPolicy(ctx, drainPolicy(20, 16)); err != nil {
+	pods := h.podWatch()
+	if err := h.createPolicy(ctx, policyName, drainPolicy(20, 16)); err != nil {
 		return nil, err
 	}
 	op, err := h.startOperator(ctx, cancel)
@@ -104,7 +104,7 @@ func (h *harness) drainRace(ctx context.Context, cancel context.CancelCauseFunc,
 				return nil, err
 			}
 		}
-		victims, err := h.drainSet(ctx, set, gpuhealth)
+		victims, err := h.drainSet(ctx, set, gpuhealth, o.drainNodes, o.drainPods)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +122,7 @@ func (h *harness) drainRace(ctx context.Context, cancel context.CancelCauseFunc,
 		start := time.Now()
 		var exited chan error
 		if gpuhealth {
-			if _, err := h.createEvents(ctx, victims); err != nil {
+			if _, _, err := h.createEvents(ctx, victims); err != nil {
 				return nil, err
 			}
 		} else {
@@ -137,10 +137,7 @@ func (h *harness) drainRace(ctx context.Context, cancel context.CancelCauseFunc,
 				exited <- err
 			}()
 		}
-		if err := h.wait(ctx, run.Name+": victims emptied", pods.changed, func() (bool, string) {
-			n := pods.emptied()
-			return n == len(victims), fmt.Sprintf("%d/%d victims without workload pods", n, len(victims))
-		}); err != nil {
+		if err := h.waitEmptied(ctx, run.Name, len(victims)); err != nil {
 			return nil, err
 		}
 		if exited != nil {
@@ -189,22 +186,32 @@ func (h *harness) patchDrainLimits(ctx context.Context, perSecond, concurrent in
 	return nil
 }
 
-// drainSet creates one race's nodes: the victims (GPU-labelled when
-// gpuhealth drains them, so its policy manages them) filled by a
-// Deployment with its PDB, then the spares.
-func (h *harness) drainSet(ctx context.Context, set string, gpu bool) ([]string, error) {
-	o := h.o
-	victims, err := h.createNodes(ctx, nodeSet{name: set, gpu: gpu, pods: o.drainPods, labels: map[string]string{victimLabel: set}}, o.drainNodes)
+// drainSet creates the nodes of one set to drain: count victims, labelled
+// victimLabel=set (and GPU-labelled when gpu, so that the bench policy
+// manages them), filled with pods each of one Deployment under a PDB of
+// maxUnavailable 10%, then as many spares for the replacements.
+func (h *harness) drainSet(ctx context.Context, set string, gpu bool, count, pods int) ([]string, error) {
+	victims, err := h.createNodes(ctx, nodeSet{name: set, gpu: gpu, pods: pods, labels: map[string]string{victimLabel: set}}, count)
 	if err != nil {
 		return nil, err
 	}
-	if err := h.createWorkload(ctx, workload{name: set, set: set, replicas: o.drainNodes * o.drainPods, pdbMaxUnavailable: "10%"}); err != nil {
+	if err := h.createWorkload(ctx, workload{name: set, set: set, replicas: count * pods, pdbMaxUnavailable: "10%"}); err != nil {
 		return nil, err
 	}
-	if _, err := h.createNodes(ctx, nodeSet{name: set + "-spare", pods: o.drainPods, labels: map[string]string{setLabel: set}}, o.drainNodes); err != nil {
+	if _, err := h.createNodes(ctx, nodeSet{name: set + "-spare", pods: pods, labels: map[string]string{setLabel: set}}, count); err != nil {
 		return nil, err
 	}
 	return victims, nil
+}
+
+// waitEmptied waits until the pod watch has seen n armed victims without
+// workload pods.
+func (h *harness) waitEmptied(ctx context.Context, what string, n int) error {
+	pods := h.podWatch()
+	return h.wait(ctx, what+": victims emptied", pods.changed, func() (bool, string) {
+		emptied := pods.emptied()
+		return emptied == n, fmt.Sprintf("%d/%d victims without workload pods", emptied, n)
+	})
 }
 
 // podWatch follows the workload pods of the drain race.
@@ -389,6 +396,18 @@ func (w *podWatch) emptied() int {
 		}
 	}
 	return n
+}
+
+// emptiedAt returns when each of names was first seen without workload
+// pods since it was armed (zero where not yet, or not armed).
+func (w *podWatch) emptiedAt(names []string) []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]time.Time, len(names))
+	for i, n := range names {
+		out[i] = w.armed[n]
+	}
+	return out
 }
 
 // result returns each victim's time from start until it was empty

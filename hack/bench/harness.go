@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,6 +29,9 @@ const (
 	gpuLabel = "nvidia.com/gpu.present"
 	// policyName is the RemediationPolicy the benchmark creates.
 	policyName = "bench"
+	// wavePolicyName is the second RemediationPolicy of the fault wave,
+	// which drains the wave's nodes and no others.
+	wavePolicyName = "bench-wave"
 )
 
 // controlPlaneArgs raise kube-controller-manager's and kube-scheduler's
@@ -80,7 +85,12 @@ type harness struct {
 
 	nodes       *nodeWatch
 	nodeHealths *phaseWatch
-	stopCh      chan struct{}
+	// pods follows the workload pods once a phase needs them (podWatch).
+	pods   *podWatch
+	stopCh chan struct{}
+	// sent counts the bytes of the write requests' bodies the harness's
+	// clients sent (writeCounter).
+	sent *atomic.Int64
 }
 
 // newHarness connects to the created cluster and starts the node watch.
@@ -90,6 +100,8 @@ func newHarness(ctx context.Context, c *framework.Cluster, o options) (*harness,
 	cfg.QPS, cfg.Burst = -1, 1000
 	cfg.Timeout = time.Minute
 	cfg.UserAgent = "gpuhealth-bench"
+	sent := &atomic.Int64{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return writeCounter{next: rt, bytes: sent} })
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -98,7 +110,7 @@ func newHarness(ctx context.Context, c *framework.Cluster, o options) (*harness,
 	if err != nil {
 		return nil, err
 	}
-	h := &harness{o: o, c: c, cfg: cfg, cs: cs, dyn: dyn, stopCh: make(chan struct{})}
+	h := &harness{o: o, c: c, cfg: cfg, cs: cs, dyn: dyn, stopCh: make(chan struct{}), sent: sent}
 	if err := h.waitReadyz(ctx); err != nil {
 		return nil, err
 	}
@@ -107,6 +119,15 @@ func newHarness(ctx context.Context, c *framework.Cluster, o options) (*harness,
 }
 
 func (h *harness) stopWatches() { close(h.stopCh) }
+
+// podWatch returns the watch of the workload pods, started on first use:
+// one informer holds every pod once, whichever phases follow pods.
+func (h *harness) podWatch() *podWatch {
+	if h.pods == nil {
+		h.pods = startPodWatch(h.cs, h.stopCh)
+	}
+	return h.pods
+}
 
 // waitReadyz waits until the apiserver answers /readyz.
 func (h *harness) waitReadyz(ctx context.Context) error {
@@ -172,21 +193,21 @@ func benchPolicy() map[string]any {
 	}
 }
 
-// createPolicy creates the bench RemediationPolicy with spec. It is
+// createPolicy creates a RemediationPolicy named name with spec. It is
 // unstructured so that it reads the same whatever the Go types of this
 // checkout carry.
-func (h *harness) createPolicy(ctx context.Context, spec map[string]any) error {
+func (h *harness) createPolicy(ctx context.Context, name string, spec map[string]any) error {
 	p := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": gpuhealthv1alpha1.GroupVersion.String(),
 		"kind":       "RemediationPolicy",
-		"metadata":   map[string]any{"name": policyName},
+		"metadata":   map[string]any{"name": name},
 		"spec":       spec,
 	}}
 	if err := h.crc.Create(ctx, p); err != nil {
-		return fmt.Errorf("creating RemediationPolicy: %w", err)
+		return fmt.Errorf("creating RemediationPolicy %s: %w", name, err)
 	}
 	if enabled, found, _ := unstructured.NestedBool(p.Object, "spec", "circuitBreaker", "enabled"); !found || enabled {
-		logf("WARNING: the stored policy has no circuitBreaker.enabled=false (CRD without it?); a breaker, if any, may stop the burst")
+		logf("WARNING: the stored policy %s has no circuitBreaker.enabled=false (CRD without it?); a breaker, if any, may stop the burst", name)
 	}
 	return nil
 }

@@ -1,10 +1,10 @@
 // Command bench measures how fast gpuhealth cordons and drains GPU nodes
 // and prints the comparisons published in docs/performance.md. Each size
-// (-nodes 1000, or a list such as 1000,2000,5000 for the scale curve) runs
-// on its own throwaway kwok cluster (fake nodes, real kube-apiserver, etcd
-// and controllers) with -pods-per-node workload pods on each of its N GPU
-// nodes (bound by the harness; -schedule-pods places them through a
-// Deployment and kube-scheduler), and measures, each on
+// (-nodes 1000, or a list such as 1000,2000,5000,10000 for the scale
+// curve) runs on its own throwaway kwok cluster (fake nodes, real
+// kube-apiserver, etcd and controllers) with -pods-per-node workload pods
+// on each of its N GPU nodes (bound by the harness; -schedule-pods places
+// them through a Deployment and kube-scheduler), and measures, each on
 // fresh nodes so no phase waits for another's leftovers:
 //
 //   - raw: a plain client-go loop, 16 workers and no client-side rate limit,
@@ -16,20 +16,31 @@
 //     RemediationPolicy (maxUnavailable 0: quarantine only, no drain, and the
 //     circuit breaker off, since a burst of N quarantines is exactly what it
 //     stops); its cache sync time, idle CPU and the memory of every
-//     process.
+//     process; its live heap (a collection forced) and RSS per 1,000
+//     nodes; and what the apiserver sent from its start until steady
+//     state, LIST responses and watch events by resource.
 //   - operator burst: N Fatal XID 79 NodeHealthEvents created at once, timed
 //     from the first create until a node watch has seen every node
-//     cordoned; the ratio to the floor (the creates alone and the raw loop),
-//     and the API writes per node it took.
+//     cordoned, and for each node from its own event's create to its
+//     cordon (p50, p90, p99, max); the ratio to the floor (the creates
+//     alone and the raw loop), and the API writes and bytes written
+//     (apiserver_request_total and the request body size histogram) per
+//     Healthy → Quarantined transition.
 //   - single-event latency: K fresh nodes, one event at a time, creation to
 //     cordon seen in the watch, as p50, p90, p99 and max.
 //   - detection to cordon (-detect-samples): real gpuhealth-monitor processes
 //     with the fake NVML library on fresh nodes, one XID at a time scheduled
 //     in the scenario, to the node seen cordoned.
-//   - backlog (-backlog): N more fresh nodes; with the operator stopped the
-//     harness creates one event per node (timed: the creates alone), then
-//     starts a new operator process and times its start until every one of
-//     those nodes is seen cordoned — a restart after an outage.
+//   - fault wave (-wave): fresh nodes full of a Deployment's pods under a
+//     PDB, with spares, managed by a second policy that drains (the bench
+//     policy selects none of them, nor this one any of the others); one
+//     Fatal finding per node at once, each node timed from its finding's
+//     create to the node seen without workload pods, and the whole wave.
+//   - backlog (-backlog, up to -backlog-max-nodes): N more fresh nodes; with
+//     the operator stopped the harness creates one event per node (timed:
+//     the creates alone), then starts a new operator process and times its
+//     start until every one of those nodes is seen cordoned — a restart
+//     after an outage.
 //
 // -drain runs the drain race instead: on three identical fresh node sets in
 // one cluster (victims full of a Deployment's pods under a PDB, spares for
@@ -42,6 +53,7 @@
 //	go run ./hack/bench -nodes 1000
 //	make bench NODES=1000
 //	make bench-scale     # 1,000, 2,000 and 5,000 nodes; draws docs/scale.png
+//	go run ./hack/bench -nodes 10000 -pods-per-node 1   # the backlog skipped (-backlog-max-nodes)
 //	make bench-drain
 //
 // It prints Markdown tables for docs/performance.md on stdout (and to -out),
@@ -99,6 +111,15 @@ type options struct {
 	// operatorMemLimit is the container memory limit the operator is told
 	// of (bytes; 0: none), as the chart passes resources.limits.memory.
 	operatorMemLimit float64
+
+	// backlogMaxNodes skips the backlog at larger N (0: no limit).
+	backlogMaxNodes int
+	// wave is the fault wave's nodes (0: skipped), wavePods the pods on
+	// each, and the eviction limits its policy drains them with.
+	wave                       int
+	wavePods                   int
+	waveEvictionsPerSecond     int
+	waveMaxConcurrentEvictions int
 }
 
 func main() {
@@ -116,7 +137,7 @@ func main() {
 	flag.IntVar(&o.operatorQPS, "operator-qps", 500, "The operator's --kube-api-qps (its burst twice that). The chart's default, 50, creates the NodeHealths of 5,000 fresh nodes in about five minutes; a cluster that size raises it.")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "Deadline of each wait (cluster start, nodes, steady state, burst, each latency sample); a wait that reports progress (nodes Ready, pods Running) restarts it at each step.")
 	flag.StringVar(&o.out, "out", "", "Also write the Markdown tables to this file.")
-	flag.StringVar(&o.plot, "plot", "", "Draw the scale curve (time and memory against N) into this PNG (with more than one -nodes size).")
+	flag.StringVar(&o.plot, "plot", "", "Draw the scale curve into this PNG (with more than one -nodes size): against N, the time to cordon every node, peak memory, each node's finding → cordon (burst) and → drained (wave), the operator's memory per 1,000 nodes, and API writes and bytes per transition.")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "Write the operator's heap profile at steady state (after the idle window) to this file, for go tool pprof, and two more beside it: FILE-burst after the burst, FILE-peak as the heap stood (no collection forced) at the burst's highest RSS; with several -nodes sizes, N is appended to the names.")
 	flag.StringVar(&o.operatorBin, "operator", "_output/bin/gpuhealth-operator", "Operator binary, relative to the repository root.")
 	flag.BoolVar(&o.build, "build", true, "Run 'make build-operator' first (a no-op when the binary is up to date).")
@@ -125,6 +146,11 @@ func main() {
 	var memLimit string
 	flag.StringVar(&memLimit, "operator-memory-limit", "", "Tell the operator it runs under this container memory limit (e.g. 200Mi), as the chart does from resources.limits.memory; its soft memory limit is then --memory-limit-ratio (0.9) of it. Empty: no limit, the Go runtime's default.")
 	flag.BoolVar(&o.backlog, "backlog", true, "Also measure the backlog case on N fresh nodes: N events created with the operator stopped, then the operator started.")
+	flag.IntVar(&o.backlogMaxNodes, "backlog-max-nodes", 5000, "Skip the backlog at sizes above this N: it adds N more nodes, so at 10,000 the cluster would hold over 20,000; 0 for no limit. The scale tables note the sizes it skipped.")
+	flag.IntVar(&o.wave, "wave", 100, "Nodes in the fault wave: fresh nodes, each full of -wave-pods pods of one Deployment under a PodDisruptionBudget (10%), with as many spare nodes, drained by a second policy (maxUnavailable 100%); one Fatal finding per node at once, each timed to its node seen without workload pods; 0 skips it.")
+	flag.IntVar(&o.wavePods, "wave-pods", 10, "Workload pods on each node of the fault wave.")
+	flag.IntVar(&o.waveEvictionsPerSecond, "wave-evictions-per-second", 20, "The fault wave's policy's drain.evictionsPerSecond (the sample policy's 20; at most 1000).")
+	flag.IntVar(&o.waveMaxConcurrentEvictions, "wave-max-concurrent-evictions", 16, "The fault wave's policy's drain.maxConcurrentEvictions (the sample policy's 16; at most 1000).")
 	flag.BoolVar(&o.drain, "drain", false, "Run the drain race instead: gpuhealth (the sample policy's eviction limits, then raised ones) against kubectl drain -l, each on its own fresh node set.")
 	flag.IntVar(&o.drainNodes, "drain-nodes", 20, "Nodes drained in each set of the drain race (as many spare nodes take the replacements).")
 	flag.IntVar(&o.drainPods, "drain-pods", 10, "Workload pods on each drained node in the drain race.")
@@ -154,8 +180,13 @@ func main() {
 		}
 		o.sizes = append(o.sizes, n)
 	}
-	if o.podsPerNode < 0 || o.latencySamples < 0 || o.detectSamples < 0 || o.detectMonitors < 1 || o.workers < 1 || o.operatorWorkers < 1 || o.operatorQPS < 1 || o.timeout <= 0 || o.idle < 0 || o.drainNodes < 1 || o.drainPods < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -workers, -operator-workers, -operator-qps, -detect-monitors, -drain-nodes, -drain-pods and -timeout must be positive; -pods-per-node, -latency-samples, -detect-samples and -idle non-negative")
+	if o.podsPerNode < 0 || o.latencySamples < 0 || o.detectSamples < 0 || o.detectMonitors < 1 || o.workers < 1 || o.operatorWorkers < 1 || o.operatorQPS < 1 || o.timeout <= 0 || o.idle < 0 || o.drainNodes < 1 || o.drainPods < 1 ||
+		o.backlogMaxNodes < 0 || o.wave < 0 || o.wavePods < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -workers, -operator-workers, -operator-qps, -detect-monitors, -drain-nodes, -drain-pods, -wave-pods and -timeout must be positive; -pods-per-node, -latency-samples, -detect-samples, -idle, -wave and -backlog-max-nodes non-negative")
+		os.Exit(2)
+	}
+	if o.waveEvictionsPerSecond < 1 || o.waveEvictionsPerSecond > 1000 || o.waveMaxConcurrentEvictions < 1 || o.waveMaxConcurrentEvictions > 1000 {
+		fmt.Fprintln(os.Stderr, "bench: -wave-evictions-per-second and -wave-max-concurrent-evictions must be from 1 to 1000, as the policy's schema allows")
 		os.Exit(2)
 	}
 
@@ -309,6 +340,7 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 		DetectMonitors:  o.detectMonitors,
 		HarnessWorkers:  o.workers,
 		OperatorWorkers: o.operatorWorkers,
+		Skipped:         o.skippedPhases(),
 	}
 	res.fillEnvironment(ctx, h)
 
@@ -322,7 +354,7 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 			if err := h.createWorkload(ctx, workload{name: "spread", set: "gpu", replicas: o.nodes * o.podsPerNode}); err != nil {
 				return nil, err
 			}
-		} else if err := h.createBoundPods(ctx, startPodWatch(h.cs, h.stopCh), nodes, o.podsPerNode); err != nil {
+		} else if err := h.createBoundPods(ctx, h.podWatch(), nodes, o.podsPerNode); err != nil {
 			return nil, err
 		}
 		res.PodsReady, res.PodsScheduled = time.Since(start), o.schedulePods
@@ -346,7 +378,7 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 
 	// 2. Operator at steady state.
 	logf("creating RemediationPolicy %s", policyName)
-	if err := h.createPolicy(ctx, benchPolicy()); err != nil {
+	if err := h.createPolicy(ctx, policyName, benchPolicy()); err != nil {
 		return nil, err
 	}
 	startOp := func() (*operator, error) {
@@ -358,6 +390,12 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 		res.OperatorLog = op.LogPath
 		logf("operator started (pid %d, log %s)", op.Pid(), op.LogPath)
 		return op, nil
+	}
+	// What the apiserver sends the starting operator: its caches' initial
+	// lists, and the NodeHealths it creates.
+	beforeStart, err := h.apiserverSnapshot(ctx)
+	if err != nil {
+		return nil, err
 	}
 	op, err := startOp()
 	if err != nil {
@@ -371,6 +409,11 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 		return nil, err
 	}
 	res.Steady = time.Since(op.Started())
+	afterStart, err := h.apiserverSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Start = afterStart.minus(beforeStart)
 	res.CacheSync, res.Controllers = op.cacheSynced()
 	logf("steady: every NodeHealth Healthy %s after the operator started (caches of %d controllers synced after %s)", res.Steady.Round(time.Millisecond), res.Controllers, res.CacheSync.Round(time.Millisecond))
 	if o.idle > 0 {
@@ -389,6 +432,12 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 			return nil, err
 		}
 	}
+	live, inuse, err := op.liveHeap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Heap = heapSample{Live: live, Inuse: inuse, RSS: processRSS(op.Pid())}
+	logf("steady: the operator's live heap %.1f MiB, RSS %.0f MiB (%.1f and %.1f MiB per 1,000 nodes)", live/mib, res.Heap.RSS/mib, res.perThousand(live)/mib, res.perThousand(res.Heap.RSS)/mib)
 
 	// 3. The burst, and the writes it took.
 	logf("burst: creating %d NodeHealthEvents at once", len(nodes))
@@ -400,6 +449,8 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 	}
 	logf("burst: %d nodes cordoned in %s (%.2fx raw); the operator's RSS peaked at %.0f MiB (%.0f MiB of heap allocated at the nearest read)",
 		len(nodes), res.Operator.Round(time.Millisecond), res.ratio(), res.MemBurst.PeakRSS/mib, res.MemBurst.Peak.HeapAlloc/mib)
+	bl := spreadOf(res.BurstLatency)
+	logf("burst: each node from its finding to its cordon: p50 %s, p99 %s, max %s", dur(bl.P50), dur(bl.P99), dur(bl.Max))
 	_, res.RSSPeak = takeRSS()
 	if o.heapProfile != "" {
 		ext := filepath.Ext(o.heapProfile)
@@ -438,8 +489,17 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 		logf("detection samples in order, ms: %s", msList(res.Detect))
 	}
 
-	// 6. The backlog: N events waiting when the operator starts.
-	if o.backlog {
+	// 6. The fault wave: detection to drained, with pods and PDBs.
+	if o.wave > 0 {
+		if res.Wave, err = h.wave(ctx); err != nil {
+			return nil, err
+		}
+		s := spreadOf(res.Wave.PerNode)
+		logf("wave: %d nodes drained in %s; each from its finding: p50 %s, p99 %s, max %s", res.Wave.Nodes, dur(res.Wave.Whole), dur(s.P50), dur(s.P99), dur(s.Max))
+	}
+
+	// 7. The backlog: N events waiting when the operator starts.
+	if o.runsBacklog() {
 		fresh, err := h.createNodes(ctx, nodeSet{name: "backlog", gpu: true}, o.nodes)
 		if err != nil {
 			return nil, err
@@ -469,6 +529,35 @@ func (h *harness) cordonBench(ctx context.Context, cancel context.CancelCauseFun
 		logf("  first: %s", firstBytes(res.OperatorErrorSample, 600))
 	}
 	return res, nil
+}
+
+// runsBacklog says whether this size measures the backlog: -backlog, and
+// N within -backlog-max-nodes, since the backlog doubles the cluster's
+// nodes.
+func (o options) runsBacklog() bool {
+	return o.backlog && (o.backlogMaxNodes == 0 || o.nodes <= o.backlogMaxNodes)
+}
+
+// skippedPhases names the phases of the cordon benchmark that this size
+// does not run, and the flag why, for the tables.
+func (o options) skippedPhases() []string {
+	var out []string
+	for _, ph := range []struct {
+		skip bool
+		name string
+	}{
+		{o.idle == 0, "idle CPU (-idle 0)"},
+		{o.latencySamples == 0, "single events (-latency-samples 0)"},
+		{o.detectSamples == 0, "detection (-detect-samples 0)"},
+		{o.wave == 0, "fault wave (-wave 0)"},
+		{!o.backlog, "backlog (-backlog=false)"},
+		{o.backlog && !o.runsBacklog(), fmt.Sprintf("backlog (N > -backlog-max-nodes %d)", o.backlogMaxNodes)},
+	} {
+		if ph.skip {
+			out = append(out, ph.name)
+		}
+	}
+	return out
 }
 
 // writeOut writes the tables so far to path (none when empty), so a long

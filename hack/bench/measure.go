@@ -65,11 +65,16 @@ func finding(node string) *gpuhealthv1alpha1.NodeHealthEvent {
 	}
 }
 
+// eventsKey is the NodeHealthEvents' resource, which the harness's own
+// creates write to.
+var eventsKey = resKey{group: gpuhealthv1alpha1.GroupVersion.Group, resource: "nodehealthevents"}
+
 // burst creates one event per node at once, times it to every node seen
-// cordoned, and counts the API writes it took to get every NodeHealth
+// cordoned (the whole burst, and each node from its own event's create),
+// and counts the API writes and bytes it took to get every NodeHealth
 // Quarantined.
 func (h *harness) burst(ctx context.Context, op *operator, nodes []string, res *results) error {
-	apiBefore, readsBefore, err := h.apiserverRequests(ctx)
+	before, err := h.apiserverSnapshot(ctx)
 	if err != nil {
 		return err
 	}
@@ -80,9 +85,11 @@ func (h *harness) burst(ctx context.Context, op *operator, nodes []string, res *
 	if err := h.nodes.arm(nodes); err != nil {
 		return err
 	}
+	sent := h.sent.Load()
 	cpu := takeCPU()
 	start := time.Now()
-	if res.CreatesDone, err = h.createEvents(ctx, nodes); err != nil {
+	var created []time.Time
+	if res.CreatesDone, created, err = h.createEvents(ctx, nodes); err != nil {
 		return fmt.Errorf("burst: %w", err)
 	}
 	if err := h.waitCordoned(ctx, len(nodes)); err != nil {
@@ -91,11 +98,12 @@ func (h *harness) burst(ctx context.Context, op *operator, nodes []string, res *
 	res.CPUBurst = takeCPU().minus(cpu)
 	_, last := h.nodes.cordoned()
 	res.Operator = last.Sub(start)
+	res.BurstLatency = elapsed(created, h.nodes.cordonedAt(nodes))
 	if err := h.waitPhase(ctx, nodes, phaseQuarantined); err != nil {
 		return err
 	}
 	res.Quarantined = time.Since(start)
-	apiAfter, readsAfter, err := h.apiserverRequests(ctx)
+	after, err := h.apiserverSnapshot(ctx)
 	if err != nil {
 		return err
 	}
@@ -103,10 +111,13 @@ func (h *harness) burst(ctx context.Context, op *operator, nodes []string, res *
 	if err != nil {
 		return err
 	}
-	res.Writes = apiAfter.minus(apiBefore)
+	d := after.minus(before)
+	res.Writes, res.Reads = d.writes, d.reads
 	res.HarnessCreates = int64(len(nodes))
-	res.Writes.subtract(resKey{group: gpuhealthv1alpha1.GroupVersion.Group, resource: "nodehealthevents"}, "POST", float64(res.HarnessCreates))
-	res.Reads = readsAfter.minus(readsBefore)
+	res.Writes.subtract(eventsKey, "POST", float64(res.HarnessCreates))
+	res.BodyBytes, res.BodyMetric = d.bodyBytes, d.bodyMetric
+	res.HarnessBytes = float64(h.sent.Load() - sent)
+	res.BodyBytes.subtract(eventsKey, "POST", res.HarnessBytes)
 	res.OperatorWrites = opAfter.minus(opBefore)
 	if res.Transitions, res.TransitionEvents, err = h.transitionEvents(ctx, nodes); err != nil {
 		return err
@@ -143,19 +154,6 @@ func (h *harness) latency(ctx context.Context, fresh []string) ([]time.Duration,
 	return out, nil
 }
 
-// apiserverRequests reads the write and read counters of the apiserver's /metrics.
-func (h *harness) apiserverRequests(ctx context.Context) (writes, reads reqCounts, err error) {
-	b, err := h.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading the apiserver's /metrics: %w", err)
-	}
-	if writes, err = apiserverCounts(b, writeVerbs); err != nil {
-		return nil, nil, err
-	}
-	reads, err = apiserverCounts(b, readVerbs)
-	return writes, reads, err
-}
-
 // apiserverEvictions reads what the apiserver's /metrics says of evictions.
 func (h *harness) apiserverEvictions(ctx context.Context) (evictionStats, error) {
 	b, err := h.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
@@ -175,16 +173,20 @@ func operatorWrites(ctx context.Context, op *operator) (reqCounts, error) {
 }
 
 // createEvents creates one finding per node with the harness's workers and
-// returns when every create has returned.
-func (h *harness) createEvents(ctx context.Context, nodes []string) (time.Duration, error) {
+// returns how long until every create had returned, and when each did (by
+// node): a node's clock starts when its finding exists, not when the
+// burst began.
+func (h *harness) createEvents(ctx context.Context, nodes []string) (time.Duration, []time.Time, error) {
+	created := make([]time.Time, len(nodes))
 	start := time.Now()
 	err := parallel(ctx, len(nodes), h.o.workers, func(ctx context.Context, i int) error {
 		if err := h.crc.Create(ctx, finding(nodes[i])); err != nil {
 			return fmt.Errorf("creating the event of %s: %w", nodes[i], err)
 		}
+		created[i] = time.Now()
 		return nil
 	})
-	return time.Since(start), err
+	return time.Since(start), created, err
 }
 
 // backlog measures the operator's own cordon throughput, apart from the
@@ -201,12 +203,12 @@ func (h *harness) backlog(ctx context.Context, stop func(), start func() (*opera
 	}
 	var err error
 	cpu := takeCPU()
-	if res.BacklogCreates, err = h.createEvents(ctx, nodes); err != nil {
+	if res.BacklogCreates, _, err = h.createEvents(ctx, nodes); err != nil {
 		return nil, fmt.Errorf("backlog: %w", err)
 	}
 	res.CPUCreates = takeCPU().minus(cpu)
 	logf("backlog: %d events created in %s with no operator running; starting the operator", len(nodes), res.BacklogCreates.Round(time.Millisecond))
-	before, _, err := h.apiserverRequests(ctx)
+	before, err := h.apiserverSnapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -222,11 +224,11 @@ func (h *harness) backlog(ctx context.Context, stop func(), start func() (*opera
 	res.CPUBacklog = takeCPU().minus(cpu)
 	_, last := h.nodes.cordoned()
 	res.Backlog = last.Sub(begin)
-	after, _, err := h.apiserverRequests(ctx)
+	after, err := h.apiserverSnapshot(ctx)
 	if err != nil {
 		return op, err
 	}
-	res.BacklogWrites = after.minus(before)
+	res.BacklogWrites = after.writes.minus(before.writes)
 	if err := h.waitPhase(ctx, nodes, phaseQuarantined); err != nil {
 		return op, err
 	}

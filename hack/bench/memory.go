@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -168,4 +170,52 @@ func sampleMemory(ctx context.Context, op *operator, pid int, interval time.Dura
 		prof.GCs = last.GCs - first.GCs
 		return prof
 	}
+}
+
+// heapSample is the operator's memory at steady state, read just after a
+// forced collection: Live is the heap then (HeapAlloc: what survived the
+// collection, and what the profile's writing allocated since), Inuse the
+// spans holding it, RSS the process's resident set.
+type heapSample struct {
+	Live, Inuse, RSS float64
+}
+
+// liveHeap forces a collection in the operator and returns its heap's
+// allocated and in-use bytes right after it. They come from the
+// runtime.MemStats that the heap profile's text form (debug=1) ends with,
+// read by the profile's handler just after the collection it forced: the
+// operator's /metrics would count what the scrape itself allocates, every
+// node's gauges, tens of megabytes at thousands of nodes.
+func (op *operator) liveHeap(ctx context.Context) (alloc, inuse float64, err error) {
+	text, err := op.get(ctx, op.pprofURL+"/heap?gc=1&debug=1", "heap profile")
+	if err != nil {
+		return 0, 0, err
+	}
+	st := profileMemStats(text)
+	alloc, ok := st["HeapAlloc"]
+	if !ok {
+		return 0, 0, fmt.Errorf("the operator's heap profile has no runtime.MemStats HeapAlloc (was it written with debug=1?)")
+	}
+	return alloc, st["HeapInuse"], nil
+}
+
+// profileMemStats reads the "# Name = value" lines of runtime.MemStats at
+// the end of a heap profile's text form; lines that are not a number (the
+// per-size-class tables, the pause list) are left out.
+func profileMemStats(text []byte) map[string]float64 {
+	out := map[string]float64{}
+	_, stats, ok := strings.Cut(string(text), "# runtime.MemStats\n")
+	if !ok {
+		return out
+	}
+	for line := range strings.Lines(stats) {
+		k, v, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "# "), " = ")
+		if !ok {
+			continue
+		}
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			out[k] = f
+		}
+	}
+	return out
 }

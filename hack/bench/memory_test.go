@@ -73,3 +73,44 @@ func TestSampleMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveHeap reads this test process's heap as the operator serves it,
+// through Go's own heap profile handler: a collection forced, and the
+// runtime.MemStats its text form ends with.
+func TestLiveHeap(t *testing.T) {
+	srv := httptest.NewServer(pprof.Handler("heap"))
+	defer srv.Close()
+	// The handler serves every path; liveHeap asks for pprofURL/heap.
+	op := &operator{pprofURL: srv.URL}
+	keep := make([]byte, 32<<20)
+	alloc, inuse, err := op.liveHeap(context.Background())
+	runtime.KeepAlive(keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc < 32<<20 || inuse < alloc/2 {
+		t.Errorf("live heap %.0f, in use %.0f: want at least the 32 MiB kept", alloc, inuse)
+	}
+}
+
+func TestProfileMemStats(t *testing.T) {
+	text := `heap profile: 1: 64 [2: 128] @ heap/1048576
+1: 64 [2: 128] @ 0x1 0x2
+#	0x1	main.f+0x1	/x.go:1
+
+# runtime.MemStats
+# Alloc = 1000
+# HeapAlloc = 1000
+# HeapInuse = 4096
+# BySize = [{0 0 0} {8 1 1}]
+# PauseNs = [1 2 3]
+# NumGC = 7
+`
+	st := profileMemStats([]byte(text))
+	if st["HeapAlloc"] != 1000 || st["HeapInuse"] != 4096 || st["NumGC"] != 7 || len(st) != 4 {
+		t.Errorf("read %v", st)
+	}
+	if st := profileMemStats([]byte("heap profile: 1: 64 [2: 128] @ heap/1048576\n")); len(st) != 0 {
+		t.Errorf("read %v from a profile without MemStats", st)
+	}
+}

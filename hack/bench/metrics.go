@@ -106,11 +106,8 @@ func (w reqCounts) subtract(k resKey, verb string, n float64) {
 
 // apiserverCounts sums apiserver_request_total over verbs, by resource
 // (requests for no resource, such as discovery, are left out).
-func apiserverCounts(text []byte, verbs map[string]bool) (reqCounts, error) {
-	samples, err := parseSamples(text, "apiserver_request_total")
-	if err != nil {
-		return nil, err
-	}
+func apiserverCounts(f metricFamilies, verbs map[string]bool) (reqCounts, error) {
+	samples := f.samples("apiserver_request_total")
 	if len(samples) == 0 {
 		return nil, fmt.Errorf("no apiserver_request_total in the apiserver's /metrics")
 	}
@@ -153,18 +150,37 @@ type sample struct {
 	value  float64
 }
 
-// parseSamples returns the samples of one metric from Prometheus text,
-// parsed by expfmt. name is a series name as the text writes it: a
-// histogram's buckets are name_bucket with their le label, as its
-// _count and _sum are (and a summary's).
+// parseSamples returns the samples of one metric from Prometheus text
+// (see metricFamilies.samples).
 func parseSamples(text []byte, name string) ([]sample, error) {
+	f, err := parseFamilies(text)
+	if err != nil {
+		return nil, err
+	}
+	return f.samples(name), nil
+}
+
+// metricFamilies is a Prometheus text parsed once, so that several
+// metrics can be read from it: the apiserver's /metrics runs to megabytes
+// at thousands of nodes, and the bench reads a dozen series out of it.
+type metricFamilies map[string]*dto.MetricFamily
+
+// parseFamilies parses Prometheus text with expfmt.
+func parseFamilies(text []byte) (metricFamilies, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(bytes.NewReader(text))
 	if err != nil {
 		return nil, fmt.Errorf("parsing metrics text: %w", err)
 	}
+	return families, nil
+}
+
+// samples returns the samples of one metric. name is a series name as the
+// text writes it: a histogram's buckets are name_bucket with their le
+// label, as its _count and _sum are (and a summary's).
+func (f metricFamilies) samples(name string) []sample {
 	var out []sample
-	for _, mf := range families {
+	for _, mf := range f {
 		for _, m := range mf.GetMetric() {
 			labels := func(extra ...string) map[string]string {
 				l := make(map[string]string, len(m.GetLabel())+1)
@@ -214,7 +230,7 @@ func parseSamples(text []byte, name string) ([]sample, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // formatBound writes a bucket bound as the text format's le label does.

@@ -25,7 +25,11 @@ apiserver_request_duration_seconds_count{verb="PATCH"} 5
 `
 
 func TestAPIServerCounts(t *testing.T) {
-	w, err := apiserverCounts([]byte(apiserverText), writeVerbs)
+	f, err := parseFamilies([]byte(apiserverText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := apiserverCounts(f, writeVerbs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +48,7 @@ func TestAPIServerCounts(t *testing.T) {
 	if len(d) != 2 || d[resKey{resource: "nodes"}].total() != 5 || d[resKey{resource: "nodes"}].failed != 1 {
 		t.Errorf("delta = %v, want nodes 5 (1 failed) and nodes/status 3", d)
 	}
-	r, err := apiserverCounts([]byte(apiserverText), readVerbs)
+	r, err := apiserverCounts(f, readVerbs)
 	if err != nil {
 		t.Fatal(err)
 	}

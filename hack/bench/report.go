@@ -35,6 +35,9 @@ type results struct {
 	CreatesDone time.Duration
 	// Quarantined is when every NodeHealth was Quarantined.
 	Quarantined time.Duration
+	// BurstLatency are the burst's nodes' times from their finding's
+	// create (when it returned) to the node first seen cordoned, by node.
+	BurstLatency []time.Duration
 
 	// BacklogCreates is the harness's time to create N events with no
 	// operator running; Backlog is a new operator process's start to the
@@ -50,6 +53,12 @@ type results struct {
 	// harness's own HarnessCreates event creates.
 	Writes         reqCounts
 	HarnessCreates int64
+	// BodyBytes are the bytes of the write requests' bodies over the same
+	// interval (the apiserver's BodyMetric histogram, "" when it has
+	// none), less the HarnessBytes of the harness's own creates.
+	BodyBytes    reqCounts
+	BodyMetric   string
+	HarnessBytes float64
 	// Reads are the apiserver's GET and LIST counters over the burst (the
 	// harness makes none then): reads not served from an informer cache.
 	Reads reqCounts
@@ -95,6 +104,18 @@ type results struct {
 	// MemBurst is the operator's memory sampled through the burst, from
 	// the first create until every NodeHealth is Quarantined.
 	MemBurst memProfile
+	// Heap is the operator's memory at steady state, after the idle
+	// window, right after a forced collection.
+	Heap heapSample
+	// Start is what the apiserver served from just before the operator's
+	// start until every NodeHealth was Healthy: the caches' initial lists
+	// among it.
+	Start apiserverSnapshot
+
+	// Wave is the fault wave (nil when skipped).
+	Wave *waveResult
+	// Skipped names the phases this size did not run, and why.
+	Skipped []string
 
 	// OperatorLog is the operator's log file; OperatorErrors counts its
 	// error lines (the first is OperatorErrorSample), less the
@@ -170,6 +191,43 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
+// spread is the distribution of per-node samples the tables print.
+type spread struct{ P50, P90, P99, Max time.Duration }
+
+// spreadOf returns the nearest-rank percentiles and the largest of
+// samples (zeros for none).
+func spreadOf(samples []time.Duration) spread {
+	s := sortedDurations(samples)
+	if len(s) == 0 {
+		return spread{}
+	}
+	return spread{P50: percentile(s, 0.50), P90: percentile(s, 0.90), P99: percentile(s, 0.99), Max: s[len(s)-1]}
+}
+
+// elapsed returns to[i] − from[i] for each i where both are set: a node's
+// time from its own start (its finding's create) to what was awaited.
+func elapsed(from, to []time.Time) []time.Duration {
+	out := make([]time.Duration, 0, len(from))
+	for i := range min(len(from), len(to)) {
+		if !from[i].IsZero() && !to[i].IsZero() {
+			out = append(out, to[i].Sub(from[i]))
+		}
+	}
+	return out
+}
+
+// bytesOf formats a byte count for the tables.
+func bytesOf(b float64) string {
+	switch a := math.Abs(b); {
+	case a >= 10*mib:
+		return fmt.Sprintf("%.1f MiB", b/mib)
+	case a >= 10*1024:
+		return fmt.Sprintf("%.1f KiB", b/1024)
+	default:
+		return fmt.Sprintf("%.0f B", b)
+	}
+}
+
 // isHeartbeat says whether a resource's writes are kwok's node heartbeats,
 // which go on whatever the operator does and are left out of the total.
 func isHeartbeat(k resKey) bool {
@@ -209,6 +267,7 @@ func (r *results) markdown() string {
 	p("| Software | Kubernetes %s (real kube-apiserver, etcd, controller-manager, scheduler; fake kwok nodes), %s, %s %s/%s, all on this machine |",
 		orNA(r.Kubernetes), orNA(firstLine(r.Kwok)), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	p("| Operator log | %d error lines during the measurements |", r.OperatorErrors)
+	p("| Phases skipped | %s |", r.skipped())
 	p("")
 	r.scaleMarkdown(p)
 	p("| Cordon all N nodes | Time | Nodes/s |")
@@ -222,6 +281,13 @@ func (r *results) markdown() string {
 		p("| Fault Events per Healthy → Quarantined transition (burst) | %.2f (%d / %d) | |", float64(r.TransitionEvents)/float64(r.Transitions), r.TransitionEvents, r.Transitions)
 	}
 	p("")
+	if len(r.BurstLatency) > 0 {
+		s := spreadOf(r.BurstLatency)
+		p("| Burst, each of its %d nodes: its finding created (the create returned) → the node first seen cordoned in a watch | p50 | p90 | p99 | max |", len(r.BurstLatency))
+		p("|---|---:|---:|---:|---:|")
+		p("| Finding → cordon, over the burst | %s | %s | %s | %s |", dur(s.P50), dur(s.P90), dur(s.P99), dur(s.Max))
+		p("")
+	}
 	if r.Backlog > 0 {
 		p("| Backlog: N events exist, then the operator starts (N fresh nodes) | Time | Nodes/s |")
 		p("|---|---:|---:|")
@@ -247,6 +313,9 @@ func (r *results) markdown() string {
 		p("| Event created → node seen cordoned in a watch | %s | %s | %s | %s |", dur(percentile(s, 0.50)), dur(percentile(s, 0.90)), dur(percentile(s, 0.99)), dur(s[len(s)-1]))
 		p("")
 	}
+	if r.Wave != nil {
+		r.Wave.markdown(p)
+	}
 	writesTable(p, "API writes per node to reach Quarantined (apiserver_request_total, burst)", r.Writes, n)
 	if c := r.OperatorWrites[operatorKey]; c != nil {
 		p("| of which the operator's own client (its rest_client_requests_total) | %s | %.0f | %.2f |", verbs(c), c.total(), c.total()/n)
@@ -262,7 +331,124 @@ func (r *results) markdown() string {
 		p("")
 	}
 	p("Writes are counted from just before the burst until every NodeHealth is Quarantined, by every client (the operator, kube-controller-manager, kwok), less the harness's own %d event creates.", r.HarnessCreates)
+	p("")
+	r.perTransitionTable(p)
 	return b.String()
+}
+
+// skipped lists the phases this size did not run, "none" when it ran all.
+func (r *results) skipped() string {
+	if len(r.Skipped) == 0 {
+		return "none"
+	}
+	return strings.Join(r.Skipped, "; ")
+}
+
+// transitions is what the per-transition rows divide by: the burst's
+// Healthy → Quarantined transitions in the NodeHealth histories, or N
+// where none were counted (one per node).
+func (r *results) transitions() float64 {
+	if r.Transitions > 0 {
+		return float64(r.Transitions)
+	}
+	return float64(r.N)
+}
+
+// writesPerTransition is the burst's API writes per transition, kwok's
+// heartbeats left out.
+func (r *results) writesPerTransition() float64 {
+	return withoutHeartbeats(byResource(r.Writes)) / r.transitions()
+}
+
+// bytesPerTransition is the bytes of the burst's write request bodies per
+// transition, kwok's heartbeats left out; NaN when the apiserver has no
+// body size histogram.
+func (r *results) bytesPerTransition() float64 {
+	if r.BodyMetric == "" {
+		return math.NaN()
+	}
+	return withoutHeartbeats(byResource(r.BodyBytes)) / r.transitions()
+}
+
+// perTransitionTable prints the burst's API writes and the bytes of their
+// bodies by resource, per Healthy → Quarantined transition. Subresources
+// are folded into their resource, as the body size histogram has none.
+func (r *results) perTransitionTable(p func(string, ...any)) {
+	t := r.transitions()
+	writes, body := byResource(r.Writes), byResource(r.BodyBytes)
+	cell := func(b float64) string {
+		if r.BodyMetric == "" {
+			return "n/a"
+		}
+		return bytesOf(b)
+	}
+	p("| API writes and bytes written per Healthy → Quarantined transition (burst, %.0f transitions; every client, less the harness's %d event creates and their %s) | writes | bytes written | writes / transition | bytes / transition |", t, r.HarnessCreates, bytesOf(r.HarnessBytes))
+	p("|---|---:|---:|---:|---:|")
+	for _, k := range sortResources(keysOf(writes, body)) {
+		name := "`" + k.String() + "`"
+		if isHeartbeat(k) {
+			name += " (kwok node heartbeats; not in the total)"
+		}
+		p("| %s | %.0f | %s | %.2f | %s |", name, writes[k], cell(body[k]), writes[k]/t, cell(body[k]/t))
+	}
+	w, b := withoutHeartbeats(writes), withoutHeartbeats(body)
+	p("| **Total** | **%.0f** | **%s** | **%.2f** | **%s** |", w, cell(b), w/t, cell(b/t))
+	p("")
+	if r.BodyMetric == "" {
+		p("The apiserver exposes no request body size histogram (%s or %s): no bytes.", bodySizeMetrics[0].name, bodySizeMetrics[1].name)
+	} else {
+		p("Bytes are the write requests' bodies as the apiserver read them (`%s`, its _sum by resource and verb), over the same interval as the writes; the transitions are those the NodeHealth histories hold.", r.BodyMetric)
+	}
+	p("")
+}
+
+// startTable prints what the apiserver sent from just before the
+// operator's start until every NodeHealth was Healthy, by resource: LIST
+// responses, and watch events to every watcher.
+func (r *results) startTable(p func(string, ...any)) {
+	s, n := r.Start, float64(r.N)
+	lists, listBytes := byResource(s.lists), byResource(s.listBytes)
+	events, watchBytes := byResource(s.watchEvents), byResource(s.watchBytes)
+	p("| Sent by the apiserver from the operator's start until every NodeHealth was Healthy (%s), by resource | LIST responses | LIST bytes | … per node | watch events (every watcher) | watch bytes | … per node |", dur(r.Steady))
+	p("|---|---:|---:|---:|---:|---:|---:|")
+	for _, k := range sortResources(keysOf(listBytes, watchBytes)) {
+		name := "`" + k.String() + "`"
+		if isHeartbeat(k) {
+			name += " (kwok node heartbeats; not in the total)"
+		}
+		p("| %s | %.0f | %s | %s | %.0f | %s | %s |", name, lists[k], bytesOf(listBytes[k]), bytesOf(listBytes[k]/n), events[k], bytesOf(watchBytes[k]), bytesOf(watchBytes[k]/n))
+	}
+	lb, wb := withoutHeartbeats(listBytes), withoutHeartbeats(watchBytes)
+	p("| **Total** | **%.0f** | **%s** | **%s** | **%.0f** | **%s** | **%s** |", withoutHeartbeats(lists), bytesOf(lb), bytesOf(lb/n), withoutHeartbeats(events), bytesOf(wb), bytesOf(wb/n))
+	p("")
+	p("LIST bytes are `apiserver_response_sizes` (verb LIST) as written to the connection, gzip-compressed where the client accepts it and the response passes 128 KiB; watch bytes are `apiserver_watch_events_sizes`, every event to every watcher: the operator's, and those of every other process for the objects that changed meanwhile (the operator's NodeHealths among them). With client-go's WatchListClient (on by default since 1.35) an informer's initial list streams as watch events, not as a LIST.")
+	p("")
+}
+
+// keysOf returns the resources of every map, once each.
+func keysOf(maps ...map[resKey]float64) []resKey {
+	seen := map[resKey]bool{}
+	var out []resKey
+	for _, m := range maps {
+		for k := range m {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// withoutHeartbeats sums by-resource totals, kwok's heartbeats left out.
+func withoutHeartbeats(m map[resKey]float64) float64 {
+	t := 0.0
+	for k, v := range m {
+		if !isHeartbeat(k) {
+			t += v
+		}
+	}
+	return t
 }
 
 func orNA(s string) string {
@@ -354,6 +540,11 @@ func sortedKeys(c reqCounts) []resKey {
 	for k := range c {
 		keys = append(keys, k)
 	}
+	return sortResources(keys)
+}
+
+// sortResources sorts keys by name, kwok's heartbeats last, and returns them.
+func sortResources(keys []resKey) []resKey {
 	sort.Slice(keys, func(i, j int) bool {
 		if isHeartbeat(keys[i]) != isHeartbeat(keys[j]) {
 			return !isHeartbeat(keys[i])
