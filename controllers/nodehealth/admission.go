@@ -174,14 +174,29 @@ func (t *ticket) release() {
 }
 
 // recentListTTL is how long a list of the NodeHealths from the apiserver
-// serves the budget counts made under admission.mu after it.
+// serves the budget counts made under admission.mu after it, at least.
+// A list that took longer serves longer (recentListServes): in a fleet of
+// thousands a list takes seconds, and with a fixed 2 s every admission of
+// a wave listed again — 0.5 s a node at 1,000 nodes, 2 s at 5,000, so a
+// 100-node wave waited 200 s for its drains to start one by one.
 const recentListTTL = 2 * time.Second
+
+// recentListMaxTTL bounds how long any list serves.
+const recentListMaxTTL = 30 * time.Second
+
+// recentListServes is how long a list that took took to read serves:
+// recentListTTL plus four times its cost, so that at most about a fifth of
+// the lock's time goes to listing whatever the fleet's size, bounded by
+// recentListMaxTTL.
+func recentListServes(took time.Duration) time.Duration {
+	return min(recentListTTL+4*max(took, 0), recentListMaxTTL)
+}
 
 // recentList is the NodeHealths as a count under admission.mu last listed them
 // from the apiserver, with what this process wrote since under the lock.
-// Within recentListTTL a count that would start a drain reuses it instead
-// of listing every NodeHealth again, so that twenty nodes admitted one
-// after another cost one list, not twenty. It can only over-count: the one
+// Within recentListServes of the list a count that would start a drain
+// reuses it instead of listing every NodeHealth again, so that twenty nodes
+// admitted one after another cost one list, not twenty. It can only over-count: the one
 // way into Draining is a write under the lock, which it records with
 // everything a count reads (the phase, and the ComputeDomain membership: a
 // node whose membership was first written by that same write would
@@ -191,9 +206,11 @@ const recentListTTL = 2 * time.Second
 // against its budgets always lists, since a new node enters Certifying
 // without the lock. Guarded by admission.mu.
 type recentList struct {
-	at    time.Time
-	items []gpuhealthv1alpha1.NodeHealth
-	wrote map[string]counted
+	at time.Time
+	// serves is how long after at it serves (recentListServes).
+	serves time.Duration
+	items  []gpuhealthv1alpha1.NodeHealth
+	wrote  map[string]counted
 }
 
 // counted is what the budget counts read from a NodeHealth's status.
@@ -214,7 +231,7 @@ func (c counted) layOver(st *gpuhealthv1alpha1.NodeHealthStatus) {
 // says which.
 func (r *Reconciler) liveNodeHealths(ctx context.Context, o *observation) ([]gpuhealthv1alpha1.NodeHealth, bool, error) {
 	if l := r.admission.recent; l != nil && !o.policy.Spec.Certification.CountAgainstBudget &&
-		!o.now.Time.Before(l.at) && o.now.Sub(l.at) < recentListTTL {
+		!o.now.Time.Before(l.at) && o.now.Sub(l.at) < l.serves {
 		seen := make(map[string]bool, len(l.wrote))
 		for i := range l.items {
 			if c, ok := l.wrote[l.items[i].Name]; ok {
@@ -236,7 +253,10 @@ func (r *Reconciler) liveNodeHealths(ctx context.Context, o *observation) ([]gpu
 		r.admission.recent = nil
 		return nil, false, fmt.Errorf("listing nodehealths: %w", err)
 	}
-	r.admission.recent = &recentList{at: o.now.Time, items: list.Items, wrote: map[string]counted{}}
+	// The pass's clock started before it observed; what it took to reach
+	// here is the list's cost, and some more.
+	took := r.Clock.Now().Sub(o.now.Time)
+	r.admission.recent = &recentList{at: o.now.Time, serves: recentListServes(took), items: list.Items, wrote: map[string]counted{}}
 	return list.Items, false, nil
 }
 

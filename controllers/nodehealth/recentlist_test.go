@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	"k8s.io/utils/ptr"
@@ -100,4 +101,58 @@ func TestRecentListCountsADomainMemberItAdmitted(t *testing.T) {
 	h.g.Expect(nh.Status.Phase).To(Equal(quarantined), "the first member's drain holds the domain's only slot")
 	h.g.Expect(nh.Status.Reason).To(Equal(gpuhealthv1alpha1.ReasonWaitingForBudget))
 	h.g.Expect(nh.Status.BlockingBudget).To(Equal(gpuhealthv1alpha1.BudgetPerComputeDomain))
+}
+
+// slowLists steps the harness's clock by took at each NodeHealth list, as a
+// list of thousands of NodeHealths takes seconds.
+type slowLists struct {
+	*listCounter
+	step func()
+}
+
+func (c *slowLists) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*gpuhealthv1alpha1.NodeHealthList); ok {
+		c.step()
+	}
+	return c.listCounter.List(ctx, list, opts...)
+}
+
+// TestASlowListServesLonger: where listing the NodeHealths takes 3 s, the
+// list serves the admissions of the next 14 s (2 s and four times its
+// cost), where a fixed 2 s had every admission of a wave list again; past
+// that, the next admission lists afresh.
+func TestASlowListServesLonger(t *testing.T) {
+	h := newHarness(t)
+	counter := &slowLists{listCounter: &listCounter{Reader: h.r.APIReader}, step: func() { h.clock.Step(3 * time.Second) }}
+	h.r.APIReader = counter
+	h.policy(func(s *gpuhealthv1alpha1.RemediationPolicySpec) {
+		s.Budgets.MaxUnavailable = ptr.To(intstrFromInt(5))
+		s.Recertification.Job = jobTemplate()
+		s.CircuitBreaker.Enabled = ptr.To(false)
+	})
+	var names []string
+	for _, suffix := range []string{"a", "b", "c"} {
+		n := h.node(suffix, nil)
+		names = append(names, n.Name)
+		h.fault(n.Name, gpuhealthv1alpha1.CheckXID, "79")
+	}
+	h.reconcile(names[0])
+	h.g.Expect(counter.lists.Load()).To(Equal(int32(1)))
+	h.clock.Step(8 * time.Second) // 11 s after the list began
+	h.reconcile(names[1])
+	h.g.Expect(counter.lists.Load()).To(Equal(int32(1)), "within 2 s + 4 × 3 s of the list: reused")
+	h.clock.Step(20 * time.Second)
+	h.reconcile(names[2])
+	h.g.Expect(counter.lists.Load()).To(Equal(int32(2)), "past it: listed again")
+	for _, n := range names {
+		h.g.Expect(h.phase(n)).To(BeElementOf(gpuhealthv1alpha1.PhaseDraining, gpuhealthv1alpha1.PhaseRecertifying))
+	}
+}
+
+func TestRecentListServes(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(recentListServes(0)).To(Equal(2*time.Second), "a quick list serves 2 s")
+	g.Expect(recentListServes(time.Second)).To(Equal(6*time.Second))
+	g.Expect(recentListServes(time.Minute)).To(Equal(30*time.Second), "bounded")
+	g.Expect(recentListServes(-time.Second)).To(Equal(2*time.Second), "a clock that went back")
 }
