@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -156,7 +157,10 @@ type Reconciler struct {
 	admission admission
 	storm     *stormGate
 	snapshots *snapshotCache
-	expect    *expectations
+	// cache is the manager's, read in place where a List would copy the
+	// fleet; nil in tests that build a Reconciler without a manager.
+	cache  cache.Informers
+	expect *expectations
 }
 
 // SetupWithManager registers the watches. The reconciler lists through the
@@ -174,6 +178,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.storm.maxHold <= 0 {
 		r.storm.maxHold = defaultStormHoldMax
 	}
+	r.cache = mgr.GetCache()
 	r.snapshots = &snapshotCache{}
 	if err := r.snapshots.watch(ctx, mgr); err != nil {
 		return err

@@ -209,7 +209,11 @@ func (r *Reconciler) observeInputs(ctx context.Context, o *observation, in input
 		o.stormHold = r.storm.hold(o.node.Name)
 	}
 	if in.breaker {
-		managed, err := r.managedNodes(ctx, o.policy)
+		// The snapshot's, rebuilt only when a node or a NodeHealth that a
+		// count reads changed: every pass that may quarantine asks, and a
+		// fresh list of the policy's nodes copied the fleet each time (at
+		// 5,000 nodes, 19 GB allocated in a burst of 5,000 quarantines).
+		managed, _, err := r.snapshot(ctx, o.policy)
 		if err != nil {
 			return err
 		}

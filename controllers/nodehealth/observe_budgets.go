@@ -6,11 +6,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuhealthv1alpha1 "github.com/gpuhealth/gpuhealth/api/v1alpha1"
 	"github.com/gpuhealth/gpuhealth/controllers/computedomain"
+	"github.com/gpuhealth/gpuhealth/controllers/index"
 	"github.com/gpuhealth/gpuhealth/remediation/breaker"
 	"github.com/gpuhealth/gpuhealth/remediation/budget"
 )
@@ -144,10 +146,9 @@ func (r *Reconciler) countBudgets(ctx context.Context, o *observation, fromAPISe
 }
 
 // managedNodes returns the labels of the nodes the policy selects, by
-// name, read from the cache without copies (read-only).
+// name, read from the cache's store in place (read-only), or through a
+// List where the reconciler has no cache (tests).
 func (r *Reconciler) managedNodes(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy) (map[string]map[string]string, error) {
-	// The selector is compiled once and applied by the cache, so only the
-	// selected nodes are copied into the list.
 	sel, err := p.Selector()
 	if err != nil {
 		// A selector that does not compile selects no node (see Selects).
@@ -155,11 +156,23 @@ func (r *Reconciler) managedNodes(ctx context.Context, p *gpuhealthv1alpha1.Reme
 		// as the empty selector, which selects every node.
 		return map[string]map[string]string{}, nil //nolint:nilerr // a bad selector selects nothing, by design
 	}
+	managed := map[string]map[string]string{}
+	if r.cache != nil {
+		// In place in the cache's store: a List copies every Node.
+		err := index.EachCached(ctx, r.cache, &corev1.Node{}, func(o client.Object) {
+			if sel.Matches(labels.Set(o.GetLabels())) {
+				managed[o.GetName()] = o.GetLabels()
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		return managed, nil
+	}
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	managed := make(map[string]map[string]string, len(nodes.Items))
 	for i := range nodes.Items {
 		managed[nodes.Items[i].Name] = nodes.Items[i].Labels
 	}
