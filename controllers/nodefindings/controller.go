@@ -124,16 +124,19 @@ func (r *Reconciler) read(ctx context.Context, now time.Time) ([]nodeInput, []gp
 	if err := r.Client.List(ctx, &policies); err != nil {
 		return nil, nil, fmt.Errorf("listing RemediationPolicies: %w", err)
 	}
+	// The cache's objects, not deep copies (a pass reads the whole fleet,
+	// at most every 2 s in a storm): read-only here, and apply copies a
+	// finding before it changes it.
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, fmt.Errorf("listing Nodes: %w", err)
 	}
 	var invs gpuhealthv1alpha1.NodeInventoryList
-	if err := r.Client.List(ctx, &invs); err != nil {
+	if err := r.Client.List(ctx, &invs, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, fmt.Errorf("listing NodeInventories: %w", err)
 	}
 	var events gpuhealthv1alpha1.NodeHealthEventList
-	if err := r.Client.List(ctx, &events); err != nil {
+	if err := r.Client.List(ctx, &events, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, fmt.Errorf("listing NodeHealthEvents: %w", err)
 	}
 	byNode := map[string]*gpuhealthv1alpha1.NodeInventory{}
@@ -208,6 +211,9 @@ func (r *Reconciler) act(ctx context.Context, changes []change) error {
 
 func (r *Reconciler) apply(ctx context.Context, c change) error {
 	ev := c.patch
+	if ev != nil {
+		ev = ev.DeepCopy() // the cache's own object (see read)
+	}
 	if c.create != nil {
 		if err := r.Client.Create(ctx, c.create); err != nil {
 			if apierrors.IsAlreadyExists(err) {
