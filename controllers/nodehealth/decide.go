@@ -271,6 +271,8 @@ type inputs struct {
 	devices bool
 	// handOff: what a failed node's hand-off needs.
 	handOff bool
+	// network: the network breaker of the node's group (with breaker).
+	network bool
 }
 
 // inputsFor says which costly inputs a decision on what observe has read so
@@ -293,6 +295,9 @@ func inputsFor(o *observation) inputs {
 		}
 		fenced := nodepkg.AppliedOn(o.node).Any()
 		in.stormHold, in.breaker = fenced, !fenced
+		// The network breaker's group is read only for a quarantine it
+		// could hold: every counting finding a NIC finding.
+		in.network = !fenced && nicOnly(countingOf(judged))
 		in.budgets = fenced || !policy.DryRun && !fences(o.policy)
 	case gpuhealthv1alpha1.PhaseRecertifying:
 		in.outputs = true
@@ -430,6 +435,10 @@ func (d *decider) healthy() {
 			d.statusReason(gpuhealthv1alpha1.ReasonCircuitBreakerOpen, "not quarantined: circuit breaker "+o.breaker.message+"; findings: "+message)
 			d.quarantineHeld("circuit breaker "+o.breaker.message, message)
 			d.wait(breakerRecheck)
+			return
+		}
+		if nicOnly(counting) && o.network == nil {
+			d.p.err = fmt.Errorf("nodehealth %s: a quarantine for NIC findings was decided without the network breaker's state", o.nh.Name)
 			return
 		}
 		if nw := o.network; nw != nil && nw.enabled && nicOnly(counting) {

@@ -1100,3 +1100,22 @@ func TestARefusedQuarantineGivesBackItsNetworkSlot(t *testing.T) {
 	g.Expect(r2.Breaker.Peek(key, o.network.settings, t0).InWindow).To(Equal(1))
 	g.Expect(r2.Breaker.Peek("p", settings, t0).InWindow).To(Equal(1))
 }
+
+// TestTheNetworkBreakerIsReadOnlyForNICQuarantines: finding a node's group
+// walks the policy's nodes, so a pass reads the network breaker only for a
+// quarantine it could hold (every counting finding a NIC finding); a
+// decision that needs it without it fails rather than skip the breaker.
+func TestTheNetworkBreakerIsReadOnlyForNICQuarantines(t *testing.T) {
+	g := NewWithT(t)
+	nic := finding(func(ev *gpuhealthv1alpha1.NodeHealthEvent) {
+		ev.Spec.Source, ev.Spec.Check, ev.Spec.Code = gpuhealthv1alpha1.SourceIB, gpuhealthv1alpha1.CheckNIC, "PortDown"
+	})
+	g.Expect(inputsFor(obs(finding())).network).To(BeFalse(), "an XID quarantine does not read it")
+	g.Expect(inputsFor(obs(finding())).breaker).To(BeTrue(), "the policy's breaker it does")
+	g.Expect(inputsFor(obs(nic)).network).To(BeTrue(), "a NIC-only quarantine does")
+
+	o := obs(nic, func(o *observation) {
+		o.breaker = &breakerView{allowed: true, message: "disabled"}
+	})
+	g.Expect(decide(o).err).To(MatchError(ContainSubstring("without the network breaker's state")))
+}

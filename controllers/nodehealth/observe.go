@@ -220,8 +220,10 @@ func (r *Reconciler) observeInputs(ctx context.Context, o *observation, in input
 		if o.breaker, err = r.peekBreaker(ctx, o.policy, managed, o.now.Time); err != nil {
 			return err
 		}
-		if o.network, err = r.peekNetworkBreaker(ctx, o, managed); err != nil {
-			return err
+		if in.network {
+			if o.network, err = r.peekNetworkBreaker(ctx, o, managed); err != nil {
+				return err
+			}
 		}
 	}
 	if in.budgets {
