@@ -179,7 +179,7 @@ func request(node string) []ctrl.Request {
 func nodeHealthToNode(_ context.Context, o client.Object) []ctrl.Request { return request(o.GetName()) }
 
 // findingsFirst enqueues, from the informer's initial list after a start,
-// the node of each unresolved finding at the priority of fresh work rather
+// the node of each finding awaiting action at the priority of fresh work rather
 // than controller-runtime's LowPriority for initial-list items. A restarted
 // operator lists every node of the fleet at LowPriority; with this the nodes
 // that a finding may take out of service (a raise of the same key's
@@ -194,7 +194,7 @@ type findingsFirst struct {
 func (h findingsFirst) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
 	ev, isEvent := e.Object.(*gpuhealthv1alpha1.NodeHealthEvent)
 	pq, isPriority := q.(priorityqueue.PriorityQueue[ctrl.Request])
-	if !e.IsInInitialList || !isEvent || !isPriority || ev.Status.Resolved || ev.Spec.NodeName == "" {
+	if !e.IsInInitialList || !isEvent || !isPriority || !awaitsAction(ev) {
 		h.EventHandler.Create(ctx, e, q)
 		return
 	}
@@ -217,6 +217,16 @@ func atPriority(priority int) handler.EventHandler {
 			}
 		},
 	}
+}
+
+// awaitsAction says whether a finding may still move its node: open, and
+// not yet the cause of a transition (observedBy), ignored or superseded. A
+// restart finds every quarantined node's findings open too; those were
+// acted on and wait at LowPriority with the rest.
+func awaitsAction(ev *gpuhealthv1alpha1.NodeHealthEvent) bool {
+	st := ev.Status
+	return ev.Spec.NodeName != "" && !st.Resolved && st.ObservedBy == nil &&
+		st.Phase != gpuhealthv1alpha1.EventIgnored && st.Phase != gpuhealthv1alpha1.EventSuperseded
 }
 
 func eventToNode(_ context.Context, o client.Object) []ctrl.Request {

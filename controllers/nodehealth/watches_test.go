@@ -17,9 +17,10 @@ import (
 
 // TestARestartPassesTheNodesWithFindingsFirst: after a start the Node
 // watch's initial list enqueues every node at LowPriority; the findings'
-// initial list raises the nodes of unresolved findings to fresh work, so
-// the workqueue hands them out first, and a resolved finding or a later
-// create changes nothing of the kind.
+// initial list raises the nodes of findings awaiting action to fresh work,
+// so the workqueue hands them out first; a resolved finding, one that
+// already caused its transition, or a later create changes nothing of the
+// kind.
 func TestARestartPassesTheNodesWithFindingsFirst(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -39,6 +40,9 @@ func TestARestartPassesTheNodesWithFindingsFirst(t *testing.T) {
 	h.Create(ctx, event.CreateEvent{Object: finding("d", false), IsInInitialList: true}, q)
 	h.Create(ctx, event.CreateEvent{Object: finding("b", true), IsInInitialList: true}, q)
 	h.Create(ctx, event.CreateEvent{Object: finding("e", false), IsInInitialList: true}, q)
+	acted := finding("c", false)
+	acted.Status.ObservedBy = &gpuhealthv1alpha1.TransitionRef{}
+	h.Create(ctx, event.CreateEvent{Object: acted, IsInInitialList: true}, q)
 
 	var order []string
 	var priorities []int
@@ -50,7 +54,7 @@ func TestARestartPassesTheNodesWithFindingsFirst(t *testing.T) {
 	}
 	g.Expect(order[:2]).To(ConsistOf("d", "e"), "the nodes of unresolved findings first")
 	g.Expect(priorities[:2]).To(Equal([]int{normalPriority, normalPriority}))
-	g.Expect(order[2:]).To(ConsistOf("a", "b", "c"), "the rest, a resolved finding's node among them, at LowPriority")
+	g.Expect(order[2:]).To(ConsistOf("a", "b", "c"), "the rest, at LowPriority: a resolved finding's node, and that of a finding already acted on (a quarantined node's)")
 	g.Expect(priorities[2:]).To(Equal([]int{handler.LowPriority, handler.LowPriority, handler.LowPriority}))
 
 	// A finding created after the start is fresh work through the wrapped
