@@ -276,8 +276,8 @@ bench: controlplane build-operator ## Cordon-speed benchmark on a local kwok clu
 	go run ./hack/bench -nodes $${NODES:-1000} -pods-per-node $${PODS:-10}
 
 .PHONY: bench-scale
-bench-scale: controlplane build-operator ## The scale curve: the cordon benchmark at 1,000, 2,000 and 5,000 nodes (10 pods each), each on a fresh cluster; draws docs/scale.png.
-	go run ./hack/bench -nodes $${SIZES:-1000,2000,5000} -plot docs/scale.png -out _output/bench-scale.md
+bench-scale: controlplane build-operator ## The scale curve: the cordon benchmark at 1,000, 5,000 and 10,000 nodes (1 pod each), each on a fresh cluster; draws docs/scale.png.
+	go run ./hack/bench -nodes $${SIZES:-1000,5000,10000} -pods-per-node $${PODS:-1} -backlog-max-nodes 5000 -detect-samples 20 -plot docs/scale.png -out _output/bench-scale.md
 
 .PHONY: bench-device
 bench-device: controlplane $(HELM) ## One GPU's fault under scope Device against scope Node, side by side on one kwok cluster: GPU-seconds out, finding to rule, pods disturbed.
