@@ -58,7 +58,7 @@ func softMemoryLimit(getenv func(string) string, ratio float64, fromCgroup func(
 	case errors.Is(err, memlimit.ErrNoLimit):
 		return memoryLimit{from: "no container limit"}, nil
 	case err != nil:
-		return memoryLimit{from: "no container limit read: " + err.Error()}, nil
+		return memoryLimit{from: "no container limit read: " + err.Error()}, nil //nolint:nilerr // a cgroup that cannot be read is no limit, by design
 	case limit == 0 || limit > math.MaxInt64:
 		return memoryLimit{from: "no container limit"}, nil
 	}

@@ -152,7 +152,7 @@ func TestASlowListServesLonger(t *testing.T) {
 func TestRecentListServes(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(recentListServes(0)).To(Equal(2*time.Second), "a quick list serves 2 s")
-	g.Expect(recentListServes(time.Second)).To(Equal(6*time.Second))
+	g.Expect(recentListServes(time.Second)).To(Equal(6 * time.Second))
 	g.Expect(recentListServes(time.Minute)).To(Equal(30*time.Second), "bounded")
 	g.Expect(recentListServes(-time.Second)).To(Equal(2*time.Second), "a clock that went back")
 }
