@@ -403,11 +403,7 @@ func (w *podWatch) emptied() int {
 func (w *podWatch) emptiedAt(names []string) []time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]time.Time, len(names))
-	for i, n := range names {
-		out[i] = w.armed[n]
-	}
-	return out
+	return timesOf(w.armed, names)
 }
 
 // result returns each victim's time from start until it was empty

@@ -157,9 +157,15 @@ func (w *nodeWatch) cordoned() (seen int, last time.Time) {
 func (w *nodeWatch) cordonedAt(names []string) []time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return timesOf(w.armed, names)
+}
+
+// timesOf returns the time of each of names in at, by position (zero where
+// absent).
+func timesOf(at map[string]time.Time, names []string) []time.Time {
 	out := make([]time.Time, len(names))
 	for i, n := range names {
-		out[i] = w.armed[n]
+		out[i] = at[n]
 	}
 	return out
 }
