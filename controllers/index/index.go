@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,6 +38,23 @@ func Register(ctx context.Context, indexer client.FieldIndexer) error {
 		return fmt.Errorf("indexing nodes by clique: %w", err)
 	}
 	return nil
+}
+
+// Each calls fn with every object of obj's kind: in place from the
+// informers' stores (EachCached) when informers is set, else from a List
+// through c into list, for a reconciler built without a manager (tests).
+// fn must only read what it is given.
+func Each(ctx context.Context, informers cache.Informers, c client.Reader, obj client.Object, list client.ObjectList, fn func(client.Object)) error {
+	if informers != nil {
+		return EachCached(ctx, informers, obj, fn)
+	}
+	if err := c.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return err
+	}
+	return meta.EachListItem(list, func(o runtime.Object) error {
+		fn(o.(client.Object))
+		return nil
+	})
 }
 
 // EachCached calls fn with every cached object of obj's kind, straight from

@@ -157,24 +157,14 @@ func (r *Reconciler) managedNodes(ctx context.Context, p *gpuhealthv1alpha1.Reme
 		return map[string]map[string]string{}, nil //nolint:nilerr // a bad selector selects nothing, by design
 	}
 	managed := map[string]map[string]string{}
-	if r.cache != nil {
-		// In place in the cache's store: a List copies every Node.
-		err := index.EachCached(ctx, r.cache, &corev1.Node{}, func(o client.Object) {
-			if sel.Matches(labels.Set(o.GetLabels())) {
-				managed[o.GetName()] = o.GetLabels()
-			}
-		})
-		if err != nil {
-			return nil, fmt.Errorf("listing nodes: %w", err)
+	// In place in the cache's store: a List copies every Node.
+	err = index.Each(ctx, r.cache, r.Client, &corev1.Node{}, &corev1.NodeList{}, func(o client.Object) {
+		if sel.Matches(labels.Set(o.GetLabels())) {
+			managed[o.GetName()] = o.GetLabels()
 		}
-		return managed, nil
-	}
-	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	for i := range nodes.Items {
-		managed[nodes.Items[i].Name] = nodes.Items[i].Labels
 	}
 	return managed, nil
 }

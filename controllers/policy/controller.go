@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -242,7 +241,7 @@ type counts struct {
 // cached objects in place (see Cache).
 func (r *Reconciler) count(ctx context.Context, p *gpuhealthv1alpha1.RemediationPolicy, sel labels.Selector) (counts, error) {
 	c := counts{managed: map[string]bool{}, phases: map[gpuhealthv1alpha1.NodeHealthPhase]int32{}}
-	err := r.each(ctx, &corev1.Node{}, &corev1.NodeList{}, func(o client.Object) {
+	err := index.Each(ctx, r.Cache, r.Client, &corev1.Node{}, &corev1.NodeList{}, func(o client.Object) {
 		if sel.Matches(labels.Set(o.GetLabels())) {
 			c.managed[o.GetName()] = true
 		}
@@ -250,7 +249,7 @@ func (r *Reconciler) count(ctx context.Context, p *gpuhealthv1alpha1.Remediation
 	if err != nil {
 		return c, fmt.Errorf("listing nodes: %w", err)
 	}
-	err = r.each(ctx, &gpuhealthv1alpha1.NodeHealth{}, &gpuhealthv1alpha1.NodeHealthList{}, func(o client.Object) {
+	err = index.Each(ctx, r.Cache, r.Client, &gpuhealthv1alpha1.NodeHealth{}, &gpuhealthv1alpha1.NodeHealthList{}, func(o client.Object) {
 		nh := o.(*gpuhealthv1alpha1.NodeHealth)
 		if !c.managed[nh.Name] {
 			return
@@ -273,21 +272,6 @@ func (r *Reconciler) count(ctx context.Context, p *gpuhealthv1alpha1.Remediation
 	}
 	sort.Strings(c.held)
 	return c, nil
-}
-
-// each calls fn with every object of obj's kind: in place from the cache's
-// store when Cache is set, else from a List through Client into list.
-func (r *Reconciler) each(ctx context.Context, obj client.Object, list client.ObjectList, fn func(client.Object)) error {
-	if r.Cache != nil {
-		return index.EachCached(ctx, r.Cache, obj, fn)
-	}
-	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		return err
-	}
-	return meta.EachListItem(list, func(o runtime.Object) error {
-		fn(o.(client.Object))
-		return nil
-	})
 }
 
 // readyCondition is the policy's Ready condition for a node selector that
