@@ -67,16 +67,7 @@ func (s cpuSnapshot) total() float64 {
 // cpuRows returns the groups of every snapshot, the biggest user in the
 // first one first.
 func cpuRows(snaps ...cpuSnapshot) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range snaps {
-		for g := range s {
-			if !seen[g] {
-				seen[g] = true
-				out = append(out, g)
-			}
-		}
-	}
+	out := keysOf(snaps...)
 	first := snaps[0]
 	sort.Slice(out, func(i, j int) bool {
 		if first[out[i]] != first[out[j]] {

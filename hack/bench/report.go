@@ -425,10 +425,10 @@ func (r *results) startTable(p func(string, ...any)) {
 	p("")
 }
 
-// keysOf returns the resources of every map, once each.
-func keysOf(maps ...map[resKey]float64) []resKey {
-	seen := map[resKey]bool{}
-	var out []resKey
+// keysOf returns the keys of every map, once each.
+func keysOf[K comparable, V any, M ~map[K]V](maps ...M) []K {
+	seen := map[K]bool{}
+	var out []K
 	for _, m := range maps {
 		for k := range m {
 			if !seen[k] {
